@@ -1,0 +1,130 @@
+"""`inferplane engine serve`: load a model (or the simulated executor) and serve it over HTTP."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+
+from .config import EngineConfig
+
+log = logging.getLogger("inferplane.engine")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    d = EngineConfig()
+    p.add_argument("--model", default=d.model, help="known name, .gguf file or HF directory")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--dtype", default=d.dtype, choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--num-blocks", type=int, default=None)
+    p.add_argument("--kv-cache-memory", type=float, default=d.kv_cache_memory_gib, help="GiB (CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    p.add_argument("--long-prefill-token-threshold", type=int, default=d.long_prefill_token_threshold)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--preemption-mode", default=d.preemption_mode, choices=["recompute", "swap", "auto"])
+    p.add_argument("--swap-space", type=float, default=d.swap_space_gib, help="GiB of CPU swap")
+    p.add_argument("--attention-backend", default=None, choices=["torch", "triton"])
+    p.add_argument("--kernels", default=None, choices=["torch", "triton"])
+    p.add_argument("--simulate", action="store_true", help="run the scheduler without the model")
+    p.add_argument("--sim-prefill-s-per-token", type=float, default=d.sim_prefill_s_per_token)
+    p.add_argument("--sim-decode-base-s", type=float, default=d.sim_decode_base_s)
+    p.add_argument("--sim-decode-s-per-seq", type=float, default=d.sim_decode_s_per_seq)
+    p.add_argument("--sim-context-length", type=int, default=d.sim_context_length)
+    p.add_argument("--drain-timeout", type=float, default=10.0)
+    p.add_argument("--log-level", default="info")
+
+
+def config_from_args(a: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model=a.model, served_model_name=a.served_model_name, device=a.device, dtype=a.dtype,
+        seed=a.seed, block_size=a.block_size, num_blocks=a.num_blocks,
+        kv_cache_memory_gib=a.kv_cache_memory, gpu_memory_utilization=a.gpu_memory_utilization,
+        enable_prefix_caching=not a.no_prefix_caching,
+        max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
+        long_prefill_token_threshold=a.long_prefill_token_threshold, max_model_len=a.max_model_len,
+        preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
+        attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
+        sim_prefill_s_per_token=a.sim_prefill_s_per_token, sim_decode_base_s=a.sim_decode_base_s,
+        sim_decode_s_per_seq=a.sim_decode_s_per_seq, sim_context_length=a.sim_context_length)
+
+
+class _Progress:
+    """Load progress on stderr: one line per 10% step, so it reads well in logs and terminals."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, int] = {}
+
+    def __call__(self, stage: str, frac: float) -> None:
+        step = int(frac * 10)
+        if self.shown.get(stage, -1) < step:
+            self.shown[stage] = step
+            print(f"[engine] {stage}: {int(frac * 100):3d}%", file=sys.stderr, flush=True)
+
+
+def build_engine(config: EngineConfig):
+    """Returns (engine, tokenizer, served_name, max_model_len)."""
+    from .engine import AsyncEngine
+    from .tokenizer import load_tokenizer
+
+    started = time.monotonic()
+    if config.simulate:
+        from .simulator import SimulatedExecutor
+        tokenizer = load_tokenizer(config.model)
+        executor = SimulatedExecutor(config)
+        context = config.sim_context_length
+    else:
+        from .loader import load_model
+        from .model_runner import ModelRunner
+        loaded = load_model(config, progress=_Progress())
+        tokenizer, context = loaded.tokenizer, loaded.context_length
+        executor = ModelRunner(config, loaded)
+    config.max_model_len = min(config.max_model_len or context, context)
+    engine = AsyncEngine(config, executor, tokenizer)
+    served = config.served_model_name or config.model
+    print(f"[engine] {served} loaded in {time.monotonic() - started:.1f}s "
+          f"({'simulated' if config.simulate else config.device})", file=sys.stderr, flush=True)
+    return engine, tokenizer, served, config.max_model_len
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from .server import create_engine_app
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = config_from_args(args)
+    engine, tokenizer, served, max_len = build_engine(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        engine.start()
+        print(f"[engine] ready: http://{args.host}:{args.port}/v1 serving {served}",
+              file=sys.stderr, flush=True)
+        yield
+        await engine.shutdown(args.drain_timeout)
+
+    app = create_engine_app(engine, tokenizer, served, max_len,
+                            metrics_registry=getattr(engine, "metrics_registry", None))
+    app.router.lifespan_context = lifespan
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                loop="uvloop", http="httptools", timeout_graceful_shutdown=args.drain_timeout)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inferplane engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(sub.add_parser("serve", help="serve a model over the OpenAI API"))
+    args = parser.parse_args(argv)
+    return serve(args)

@@ -1,0 +1,45 @@
+"""Engine configuration: one dataclass shared by the CLI, the server and the engine core."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EngineConfig:
+    model: str = "smollm2-135m-instruct"  # a known name, a .gguf file or an HF directory
+    served_model_name: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"  # float32 | float16 | bfloat16
+    seed: int = 0
+    # KV cache
+    block_size: int = 16
+    num_blocks: int | None = None  # overrides the memory budget
+    kv_cache_memory_gib: float = 1.0  # CPU budget
+    gpu_memory_utilization: float = 0.9  # CUDA budget
+    enable_prefix_caching: bool = True
+    watermark: float = 0.01
+    # scheduler
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 64
+    long_prefill_token_threshold: int = 0  # 0 = no per-request cap beyond the budget
+    max_model_len: int | None = None  # defaults to the model's context length
+    preemption_mode: str = "auto"  # recompute | swap | auto
+    swap_space_gib: float = 0.5
+    # kernels
+    attention_backend: str | None = None  # torch | triton; None = by device
+    kernels: str | None = None  # torch | triton; None = by device
+    # simulated executor (no model compute)
+    simulate: bool = False
+    sim_prefill_s_per_token: float = 0.0002
+    sim_decode_base_s: float = 0.01
+    sim_decode_s_per_seq: float = 0.0005
+    sim_decode_s_per_kv_token: float = 0.0000005
+    sim_context_length: int = 8192
+    sim_vocab_size: int = 32000
+    extra: dict = field(default_factory=dict)
+
+    def resolved_attention_backend(self) -> str:
+        return self.attention_backend or ("triton" if self.device.startswith("cuda") else "torch")
+
+    def resolved_kernels(self) -> str:
+        return self.kernels or ("triton" if self.device.startswith("cuda") else "torch")

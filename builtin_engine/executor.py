@@ -1,0 +1,42 @@
+"""The contract between the scheduler and whatever computes tokens (model runner or simulator)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .config import EngineConfig
+from .sampling_params import SamplingParams
+
+
+@dataclass
+class ScheduledRequest:
+    request_id: str
+    token_ids: list[int]  # tokens computed this step
+    start_pos: int  # num_computed_tokens before this step: the position of token_ids[0]
+    block_ids: list[int]  # the request's full block table
+    sample: bool  # this step reaches the last known token, so one token is sampled
+    params: SamplingParams
+    num_output_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, cpu)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, device)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.scheduled)
+
+
+class Executor(Protocol):
+    def num_blocks_for(self, config: EngineConfig) -> tuple[int, int]:
+        """(device blocks, cpu swap blocks) that fit the configured memory budgets."""
+
+    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        """Apply swaps/copies, run one forward pass, return request_id -> sampled token."""
+
+    def release(self, request_id: str) -> None:
+        """Forget per-request state (e.g. its seeded generator)."""

@@ -1,0 +1,94 @@
+"""Paged attention: the metadata every backend reads, and the torch reference.
+
+KV cache layout (per layer): k_cache, v_cache of shape
+[num_blocks, block_size, num_kv_heads, head_dim]. A token's slot is
+block_id * block_size + offset. Queries are flattened over the batch: sequence i owns
+q[query_start_loc[i]:query_start_loc[i+1]], and those tokens sit at the last
+query_len positions of a context of seq_lens[i] tokens (cached prefix + new tokens).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [num_tokens] int64: where each new token's K/V is stored
+    query_start_loc: torch.Tensor  # [batch + 1] int32, cumulative query lengths
+    seq_lens: torch.Tensor  # [batch] int32: context length including this step's tokens
+    block_tables: torch.Tensor  # [batch, max_blocks] int32, padded with 0
+    query_lens: list[int]  # host copies, so loops never sync with the device
+    seq_lens_list: list[int]
+    max_query_len: int
+    max_seq_len: int
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.max_query_len == 1
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+
+def store_kv_torch(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write key/value [num_tokens, num_kv_heads, head_dim] into their slots."""
+    _, _, heads, dim = k_cache.shape
+    k_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+    v_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+
+
+def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Causal attention of q [num_tokens, num_heads, head_dim] over the paged context."""
+    if meta.is_pure_decode:
+        return _decode_torch(q, k_cache, v_cache, meta, scale)
+    out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
+    starts = meta.query_start_loc.tolist()
+    for i, (q_len, seq_len) in enumerate(zip(meta.query_lens, meta.seq_lens_list)):
+        n_blocks = (seq_len + block_size - 1) // block_size
+        blocks = meta.block_tables[i, :n_blocks].long()
+        k = k_cache[blocks].flatten(0, 1)[:seq_len]
+        v = v_cache[blocks].flatten(0, 1)[:seq_len]
+        qi = q[starts[i]:starts[i] + q_len]
+        out[starts[i]:starts[i] + q_len] = _attend(qi, k, v, seq_len - q_len, scale)
+    return out
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int,
+            scale: float) -> torch.Tensor:
+    """q [Q, Hq, D] attends causally to k/v [S, Hkv, D]; query j sits at position offset + j."""
+    group = q.shape[1] // k.shape[1]
+    qh = q.transpose(0, 1).float()  # [Hq, Q, D]
+    kh = k.transpose(0, 1).float().repeat_interleave(group, dim=0)
+    vh = v.transpose(0, 1).float().repeat_interleave(group, dim=0)
+    q_pos = torch.arange(q.shape[0], device=q.device)[:, None] + offset
+    k_pos = torch.arange(k.shape[0], device=q.device)[None, :]
+    mask = k_pos <= q_pos
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qh, kh, vh, attn_mask=mask, scale=scale)
+    return out.transpose(0, 1).to(q.dtype)
+
+
+def _decode_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """One query token per sequence: gather every sequence's blocks at once."""
+    batch = meta.num_seqs
+    block_size, kv_heads, dim = k_cache.shape[1:]
+    n_blocks = (meta.max_seq_len + block_size - 1) // block_size
+    tables = meta.block_tables[:, :n_blocks].long()
+    k = k_cache[tables].reshape(batch, n_blocks * block_size, kv_heads, dim).float()
+    v = v_cache[tables].reshape(batch, n_blocks * block_size, kv_heads, dim).float()
+    group = q.shape[1] // kv_heads
+    qg = q.float().view(batch, kv_heads, group, dim)
+    scores = torch.einsum("bhgd,bshd->bhgs", qg, k) * scale
+    pos = torch.arange(n_blocks * block_size, device=q.device)
+    valid = pos[None, :] < meta.seq_lens[:, None].to(pos.device)
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bhgs,bshd->bhgd", probs, v)
+    return out.reshape(batch, kv_heads * group, dim).to(q.dtype)

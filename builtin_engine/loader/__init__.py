@@ -1,0 +1,70 @@
+"""Load a model (weights + tokenizer) from a known name, a .gguf file or an HF directory."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .resolve import KNOWN_MODELS, ModelSource, resolve_model
+
+__all__ = ["KNOWN_MODELS", "LoadedModel", "ModelSource", "load_model", "resolve_model"]
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+           "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+@dataclass
+class LoadedModel:
+    model: object  # LlamaForCausalLM
+    llama_config: object  # LlamaConfig
+    tokenizer: object  # EngineTokenizer
+    name: str
+    context_length: int
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in _DTYPES:
+        raise ValueError(f"unsupported dtype {name!r}: expected one of {sorted(set(_DTYPES))}")
+    return getattr(torch, _DTYPES[name])
+
+
+def _llama_config(source: ModelSource):
+    if source.kind == "gguf":
+        from .gguf_metadata import llama_config_from_gguf, open_gguf
+        return llama_config_from_gguf(open_gguf(str(source.path)))
+    from .safetensors_loader import llama_config_from_hf
+    return llama_config_from_hf(source.path)
+
+
+def _weights(source: ModelSource, llama_config, progress):
+    if source.kind == "gguf":
+        from .gguf_loader import iter_gguf_weights
+        from .gguf_metadata import open_gguf
+        return iter_gguf_weights(open_gguf(str(source.path)), llama_config, progress)
+    from .safetensors_loader import iter_safetensors_weights
+    return iter_safetensors_weights(source.path, progress)
+
+
+def load_model(config, progress: Callable[[str, float], None] | None = None) -> LoadedModel:
+    """Build the model on config.device in config.dtype and fill it from disk (never downloads)."""
+    import torch
+
+    from ..models.llama import LlamaForCausalLM
+    from ..tokenizer import load_tokenizer
+
+    dtype = torch_dtype(config.dtype)
+    source = resolve_model(config.model)
+    if progress is not None:
+        progress("reading metadata", 0.0)
+    llama_config = _llama_config(source)
+    tokenizer = load_tokenizer(config.model)
+    model = LlamaForCausalLM(llama_config, kernels=config.resolved_kernels(),
+                             device=config.device, dtype=dtype)
+    model.load_weights(_weights(source, llama_config, progress))
+    model.eval()
+    if progress is not None:
+        progress("ready", 1.0)
+    return LoadedModel(model=model, llama_config=llama_config, tokenizer=tokenizer,
+                       name=config.served_model_name or source.name,
+                       context_length=llama_config.max_position)

@@ -1,0 +1,21 @@
+"""What a request asks of the sampler and of the stop checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)  # checked on detokenised text, server side
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 1e-5 or self.top_k == 1

@@ -1,0 +1,283 @@
+"""Continuous batching under one token budget per step (vLLM V1 style).
+
+Each step serves running requests first (decode tokens or the next prefill chunk), then admits
+waiting ones in (priority, arrival) order while budget, sequence slots and blocks last. When a
+running request cannot get a block, the lowest-priority, latest-arriving running request is
+preempted: by swap (its blocks copied to CPU) or by recompute (its blocks freed).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+
+from .config import EngineConfig
+from .executor import ScheduledRequest, SchedulerOutput
+from .kv_cache_manager import KVCacheManager
+from .request import Request, RequestOutput, RequestStatus
+
+# auto mode swaps sequences up to this many tokens (cheap to copy) and recomputes longer
+# ones; config.extra["preemption_swap_max_tokens"] overrides it.
+DEFAULT_SWAP_MAX_TOKENS = 1024
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, num_gpu_blocks: int, num_cpu_blocks: int,
+                 max_model_len: int, stop_token_ids: set[int] | frozenset[int] = frozenset()
+                 ) -> None:
+        if config.preemption_mode not in ("recompute", "swap", "auto"):
+            raise ValueError(f"unknown preemption_mode {config.preemption_mode!r}")
+        self.config = config
+        self.max_model_len = max_model_len
+        self.stop_token_ids = frozenset(stop_token_ids)  # eos and friends, unless ignore_eos
+        self.kv = KVCacheManager(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
+                                 config.watermark, num_cpu_blocks)
+        self.swap_max_tokens = int(config.extra.get("preemption_swap_max_tokens",
+                                                    DEFAULT_SWAP_MAX_TOKENS))
+        self.requests: dict[str, Request] = {}
+        self.waiting: list[tuple[tuple, Request]] = []  # heap on Request.sort_key()
+        self.running: list[Request] = []
+        self.num_swapped = 0
+        self.num_preemptions = 0
+        self.finished: list[Request] = []  # drained by the engine (metrics, executor release)
+        self._pending: list[RequestOutput] = []  # outputs produced between steps
+        self._step_swapped_out: list[Request] = []
+        self.step_token_gaps: list[float] = []  # inter-token latencies seen in the last step
+        self.step_first_tokens: list[Request] = []  # requests whose first token came last step
+        self._no_preemption = True
+        self._seq = itertools.count()
+
+    # ---- intake ---------------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        if req.request_id in self.requests:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        req.seq = next(self._seq)
+        problem = self._infeasible(req)
+        if problem:
+            req.finish("error", problem)
+            self.finished.append(req)
+            self._pending.append(self._output(req, []))
+            return
+        self.requests[req.request_id] = req
+        heapq.heappush(self.waiting, (req.sort_key(), req))
+
+    def _infeasible(self, req: Request) -> str | None:
+        n_prompt, max_tokens = req.num_prompt_tokens, req.params.max_tokens
+        if n_prompt == 0:
+            return "the prompt is empty"
+        if max_tokens < 1:
+            return f"max_tokens must be at least 1, got {max_tokens}"
+        if n_prompt + max_tokens > self.max_model_len:
+            return (f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds "
+                    f"max_model_len {self.max_model_len}")
+        need = self.kv.blocks_needed(n_prompt + max_tokens)
+        if need > self.kv.num_blocks:
+            return (f"prompt + max_tokens needs {need} KV blocks, the cache holds "
+                    f"{self.kv.num_blocks}")
+        return None
+
+    def abort_request(self, request_id: str, reason: str = "abort",
+                      error: str | None = None) -> bool:
+        req = self.requests.get(request_id)
+        if req is None:
+            return False
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        else:
+            self._remove_waiting(req)
+        self._finish(req, reason, error)
+        self._pending.append(self._output(req, []))
+        return True
+
+    def _remove_waiting(self, req: Request) -> None:
+        # Aborts are rare, an O(n) removal keeps the heap exact (and its length a true count).
+        self.waiting = [item for item in self.waiting if item[1] is not req]
+        heapq.heapify(self.waiting)
+        if req.status is RequestStatus.SWAPPED:
+            self.num_swapped -= 1
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests) or bool(self._pending)
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        self._step_swapped_out = []
+        budget = self.config.max_num_batched_tokens
+        budget = self._schedule_running(out, budget)
+        if self._no_preemption:  # memory is short: admitting more would thrash
+            self._schedule_waiting(out, budget)
+        out.blocks_to_copy = self.kv.take_pending_copies()
+        return out
+
+    def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
+        n = req.num_tokens - num_computed
+        cap = self.config.long_prefill_token_threshold
+        if cap > 0:
+            n = min(n, cap)
+        return min(n, budget)
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        self._no_preemption = True
+        running = self.running
+        running.sort(key=Request.sort_key)  # nearly sorted already: O(n) in practice
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = self._chunk(req, req.num_computed_tokens, budget)
+            if n <= 0:
+                i += 1
+                continue
+            ids = self.kv.allocate_slots(req, n)
+            while ids is None:
+                # Victims come from the tail, which this loop has not reached yet.
+                victim = running.pop()
+                self._preempt(victim, out)
+                if victim is req:
+                    break
+                ids = self.kv.allocate_slots(req, n)
+            if ids is None:
+                break
+            out.scheduled.append(self._scheduled(req, n, ids))
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        max_seqs = self.config.max_num_seqs
+        while self.waiting and budget > 0 and len(self.running) < max_seqs:
+            req = self.waiting[0][1]
+            use_watermark = bool(self.running)
+            if req.status is RequestStatus.SWAPPED:
+                n = self._chunk(req, req.num_computed_tokens, budget)
+                if not self.kv.can_swap_in(req, n, use_watermark):
+                    break
+                out.blocks_to_swap_in.extend(self.kv.swap_in(req))
+                ids = self.kv.allocate_slots(req, n)
+                self.num_swapped -= 1
+            else:
+                computed, num_cached = self.kv.get_computed_blocks(req)
+                n = self._chunk(req, num_cached, budget)
+                ids = self.kv.allocate_slots(req, n, computed, num_cached, use_watermark)
+                if ids is None:
+                    break  # head-of-line: a lower-priority request must not overtake it
+                self.kv.record_prefix_lookup(req.num_tokens, num_cached)
+                req.num_computed_tokens = num_cached
+                if req.first_scheduled_time is None:
+                    req.num_cached_tokens = num_cached
+            heapq.heappop(self.waiting)
+            req.status = RequestStatus.RUNNING
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = time.monotonic()
+            self.running.append(req)
+            out.scheduled.append(self._scheduled(req, n, ids))
+            budget -= n
+
+    def _scheduled(self, req: Request, n: int, block_ids: list[int]) -> ScheduledRequest:
+        start = req.num_computed_tokens
+        return ScheduledRequest(
+            request_id=req.request_id, token_ids=req.token_ids[start:start + n],
+            start_pos=start, block_ids=block_ids, sample=start + n == req.num_tokens,
+            params=req.params, num_output_tokens=req.num_output_tokens)
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        self._no_preemption = False
+        self.num_preemptions += 1
+        victim.num_preemptions += 1
+        if self._use_swap(victim) and self.kv.can_swap_out(victim):
+            out.blocks_to_swap_out.extend(self.kv.swap_out(victim))
+            victim.status = RequestStatus.SWAPPED
+            self.num_swapped += 1
+            self._step_swapped_out.append(victim)
+        else:
+            self.kv.free(victim)
+            victim.num_computed_tokens = 0
+            victim.status = RequestStatus.WAITING
+        heapq.heappush(self.waiting, (victim.sort_key(), victim))
+
+    def _use_swap(self, victim: Request) -> bool:
+        mode = self.config.preemption_mode
+        if self.kv.cpu_pool.num_blocks == 0 or mode == "recompute":
+            return False
+        return mode == "swap" or victim.num_tokens <= self.swap_max_tokens
+
+    # ---- results --------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput,
+                           sampled: dict[str, int]) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        now = time.monotonic()
+        gaps, firsts = self.step_token_gaps, self.step_first_tokens
+        gaps.clear()
+        firsts.clear()
+        any_finished = False
+        for s in out.scheduled:
+            req = self.requests.get(s.request_id)
+            if req is None:
+                continue
+            req.num_computed_tokens += len(s.token_ids)
+            self.kv.cache_computed_blocks(req)
+            if not s.sample:
+                continue
+            token = sampled.get(s.request_id)
+            if token is None:
+                self._finish(req, "error", "the executor returned no token")
+                outputs.append(self._output(req, []))
+                any_finished = True
+                continue
+            req.append_output(token)
+            if req.first_token_time is None:
+                req.first_token_time = now
+                firsts.append(req)
+            else:
+                gaps.append(now - req.last_token_time)
+            req.last_token_time = now
+            reason = self._stop_reason(req, token)
+            if reason:
+                self._finish(req, reason)
+                any_finished = True
+            outputs.append(self._output(req, [token]))
+        if any_finished:
+            self.running = [r for r in self.running if not r.is_finished]
+        return outputs
+
+    def fail_step(self, out: SchedulerOutput, error: str) -> list[RequestOutput]:
+        """The executor raised: the requests it touched have unknown K/V, so they end."""
+        outputs, self._pending = self._pending, []
+        touched = [self.requests.get(s.request_id) for s in out.scheduled]
+        for req in touched + self._step_swapped_out:
+            if req is not None and not req.is_finished:
+                self.abort_request(req.request_id, "error", error)
+        outputs.extend(self._pending)
+        self._pending = []
+        return outputs
+
+    def _stop_reason(self, req: Request, token: int) -> str | None:
+        p = req.params
+        if req.num_output_tokens >= p.min_tokens:
+            if not p.ignore_eos and token in self.stop_token_ids:
+                return "stop"
+            if p.stop_token_ids and token in p.stop_token_ids:
+                return "stop"
+        if req.num_output_tokens >= p.max_tokens or req.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, req: Request, reason: str, error: str | None = None) -> None:
+        req.finish(reason, error)
+        self.kv.free(req)
+        self.requests.pop(req.request_id, None)
+        self.finished.append(req)
+
+    def _output(self, req: Request, new_tokens: list[int]) -> RequestOutput:
+        return RequestOutput(
+            request_id=req.request_id, new_token_ids=new_tokens, finished=req.is_finished,
+            finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
+            num_cached_tokens=req.num_cached_tokens, error=req.error)
+
+    def take_finished(self) -> list[Request]:
+        finished, self.finished = self.finished, []
+        return finished
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) - self.num_swapped

@@ -1,0 +1,177 @@
+"""The engine's HTTP face: OpenAI chat/completions (streaming SSE), models, health, metrics and a
+KV summary for precise prefix-aware routing."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import AsyncIterator
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, error_response)
+from .serving import TextChunk, generate_text, resolve_max_tokens
+
+
+def _sse(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _usage(chunk: TextChunk) -> dict:
+    return {"prompt_tokens": chunk.prompt_tokens, "completion_tokens": chunk.completion_tokens,
+            "total_tokens": chunk.prompt_tokens + chunk.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": chunk.cached_tokens}}
+
+
+class EngineService:
+    """Glue between HTTP requests and the AsyncEngine."""
+
+    def __init__(self, engine, tokenizer, served_name: str, max_model_len: int):
+        self.engine, self.tokenizer = engine, tokenizer
+        self.served_name, self.max_model_len = served_name, max_model_len
+
+    def check_model(self, model: str | None) -> None:
+        if model and model != self.served_name:
+            raise EngineError(404, f"The model `{model}` does not exist.", param="model",
+                              code="model_not_found")
+
+    def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        except Exception as exc:  # a template may reject a conversation (e.g. role order)
+            raise EngineError(400, f"chat template rejected the messages: {exc}", "messages")
+        return self.tokenizer.encode(text)
+
+    def completion_prompt(self, body: CompletionRequest) -> list[int]:
+        if isinstance(body.prompt, list):
+            if any(t < 0 or t >= self.tokenizer.vocab_size for t in body.prompt):
+                raise EngineError(400, "prompt contains token ids outside the vocabulary", "prompt")
+            return list(body.prompt)
+        return self.tokenizer.encode(body.prompt)
+
+    async def run(self, request: Request, body, prompt_ids: list[int], kind: str) -> Response:
+        param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
+        max_tokens = resolve_max_tokens(len(prompt_ids), body.requested_max_tokens(),
+                                        self.max_model_len, param)
+        params = body.sampling_params(max_tokens)
+        prefix = "chatcmpl" if kind == "chat" else "cmpl"
+        request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
+        chunks = generate_text(self.engine, self.tokenizer, request_id, prompt_ids, params,
+                               priority=body.priority)
+        try:  # errors before the first token keep their HTTP status
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            raise EngineError(503, "the engine is shutting down", code="engine_unavailable",
+                              kind="server_error") from None
+        render = _Renderer(kind, request_id, self.served_name)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(render.stream(first, chunks, include_usage),
+                                     media_type="text/event-stream",
+                                     headers={"x-request-id": request_id})
+        text, last = first.text, first
+        async for chunk in chunks:
+            text += chunk.text
+            last = chunk
+        return JSONResponse(render.full(text, last), headers={"x-request-id": request_id})
+
+
+class _Renderer:
+    def __init__(self, kind: str, request_id: str, model: str):
+        self.kind, self.id, self.model = kind, request_id, model
+        self.created = int(time.time())
+        self.object = "chat.completion" if kind == "chat" else "text_completion"
+
+    def _choice(self, text: str, finish: str | None, delta: bool) -> dict:
+        if self.kind != "chat":
+            return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        key = "delta" if delta else "message"
+        content = {"content": text} if delta else {"role": "assistant", "content": text}
+        return {"index": 0, key: content, "finish_reason": finish, "logprobs": None}
+
+    def _envelope(self, choices: list, stream: bool) -> dict:
+        obj = self.object + (".chunk" if stream and self.kind == "chat" else "")
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def full(self, text: str, last: TextChunk) -> dict:
+        body = self._envelope([self._choice(text, last.finish_reason, delta=False)], False)
+        body["usage"] = _usage(last)
+        return body
+
+    async def stream(self, first: TextChunk, rest: AsyncIterator[TextChunk],
+                     include_usage: bool) -> AsyncIterator[bytes]:
+        if self.kind == "chat":
+            head = {"index": 0, "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None, "logprobs": None}
+            yield _sse(self._envelope([head], True))
+        last = first
+        if first.text or first.finish_reason:
+            yield _sse(self._envelope([self._choice(first.text, first.finish_reason, True)], True))
+        async for chunk in rest:
+            last = chunk
+            yield _sse(self._envelope([self._choice(chunk.text, chunk.finish_reason, True)], True))
+        if include_usage:
+            tail = self._envelope([], True)
+            tail["usage"] = _usage(last)
+            yield _sse(tail)
+        yield b"data: [DONE]\n\n"
+
+
+def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
+                      metrics_registry=None) -> FastAPI:
+    app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None)
+    service = EngineService(engine, tokenizer, served_name, max_model_len)
+    app.state.service = service
+
+    @app.exception_handler(EngineError)
+    async def _engine_error(_: Request, exc: EngineError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError):
+        err = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        message = err.get("msg", "invalid request")
+        if err.get("type") == "json_invalid":
+            message = "We could not parse the JSON body of your request."
+        return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}",
+                              param=".".join(loc) or None)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request):
+        service.check_model(body.model)
+        return await service.run(request, body, service.chat_prompt(body), "chat")
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        service.check_model(body.model)
+        return await service.run(request, body, service.completion_prompt(body), "completion")
+
+    @app.get("/v1/models")
+    async def models():
+        card = {"id": served_name, "object": "model", "created": 0, "owned_by": "inferplane",
+                "max_model_len": max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/kv/summary")
+    async def kv_summary():
+        return engine.kv_summary()
+
+    @app.get("/stats")
+    async def stats():
+        return engine.stats()
+
+    return app

@@ -1,0 +1,85 @@
+"""From token ids to text: incremental detokenisation, stop strings and usage for one request."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from .protocol import EngineError
+from .sampling_params import SamplingParams
+
+
+@dataclass
+class TextChunk:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: int,
+                       param: str = "max_tokens") -> int:
+    """The engine's context check: the prompt plus the completion must fit the model."""
+    if num_prompt == 0:
+        raise EngineError(400, "the prompt is empty", param="messages")
+    if num_prompt >= max_model_len:
+        raise EngineError(400, f"This model's maximum context length is {max_model_len} tokens. "
+                               f"However, your prompt has {num_prompt} tokens.",
+                          param="messages", code="context_length_exceeded")
+    room = max_model_len - num_prompt
+    if requested is None:
+        return room
+    if requested > room:
+        raise EngineError(400, f"This model's maximum context length is {max_model_len} tokens. "
+                               f"However, you requested {num_prompt + requested} tokens "
+                               f"({num_prompt} in the messages, {requested} in the completion).",
+                          param=param, code="context_length_exceeded")
+    return requested
+
+
+def _find_stop(text: str, stops: list[str]) -> int:
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else -1
+
+
+async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int],
+                        params: SamplingParams, priority: int = 0) -> AsyncIterator[TextChunk]:
+    """Yield text deltas; the last chunk carries finish_reason. Stop strings end the request
+    here (and abort it in the engine); text that could begin a stop string is held back."""
+    detok = tokenizer.new_detokenizer()
+    stops = params.stop
+    hold = max((len(s) for s in stops), default=1) - 1
+    special_stops = set(tokenizer.stop_token_ids) | set(params.stop_token_ids)
+    pending, completion, cached = "", 0, 0
+    finished = False
+    try:
+        async for out in engine.generate(request_id, prompt_ids, params, priority=priority):
+            if out.finish_reason == "error":
+                raise EngineError(400, out.error or "the request could not be scheduled",
+                                  code="request_failed")
+            completion += len(out.new_token_ids)
+            cached = out.num_cached_tokens
+            ids = out.new_token_ids
+            if out.finished and out.finish_reason == "stop" and not params.ignore_eos:
+                ids = [t for t in ids if t not in special_stops]
+            pending += detok.push(ids)
+            if out.finished:
+                pending += detok.flush()
+            cut = _find_stop(pending, stops) if stops else -1
+            if cut >= 0:
+                finished = True
+                engine.abort(request_id)
+                yield TextChunk(pending[:cut], "stop", len(prompt_ids), completion, cached)
+                return
+            if out.finished:
+                finished = True
+                reason = "stop" if out.finish_reason in ("stop", "abort") else out.finish_reason
+                yield TextChunk(pending, reason, len(prompt_ids), completion, cached)
+                return
+            emit = len(pending) - hold if stops else len(pending)
+            if emit > 0:
+                yield TextChunk(pending[:emit], None, len(prompt_ids), completion, cached)
+                pending = pending[emit:]
+    finally:
+        if not finished:  # client went away or the consumer stopped early
+            engine.abort(request_id)

@@ -1,0 +1,129 @@
+"""First-start set-up for `inferplane up`: the admin key and the configured models/backends."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry import keys as keyring
+from registry.access_models import ApiKey
+from registry.models import Backend, Model, RegistryState, utcnow
+
+from .settings import ModelSpec, Settings
+from .supervisor import EngineSpec, free_port
+
+ADMIN_KEY_NAME = "admin"
+
+
+def bump_version(session: Session) -> None:
+    state = session.get(RegistryState, 1)
+    if state is None:
+        session.add(RegistryState(id=1, version=1))
+    else:
+        state.version += 1
+        state.updated_at = utcnow()
+
+
+def _store_key(session: Session, secret: str, name: str, role: str, **fields) -> ApiKey:
+    row = ApiKey(key_hash=keyring.hash_key(secret), prefix=keyring.display_prefix(secret),
+                 name=name, role=role, **fields)
+    session.add(row)
+    return row
+
+
+def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]:
+    """The admin key: INFERPLANE_ADMIN_KEY, else data_dir/admin.key, else a new one (created=True).
+    Only its hash is stored; the file is mode 0600."""
+    key_file = data_dir / "admin.key"
+    secret = os.environ.get("INFERPLANE_ADMIN_KEY") or (
+        key_file.read_text().strip() if key_file.exists() else None)
+    created = secret is None
+    if created:
+        secret = keyring.generate_key()
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+    with sessions.begin() as session:
+        digest = keyring.hash_key(secret)
+        if session.scalar(select(ApiKey).where(ApiKey.key_hash == digest)) is None:
+            _store_key(session, secret, ADMIN_KEY_NAME, "admin")
+            bump_version(session)
+    return secret, created
+
+
+def _upsert_model(session: Session, spec: ModelSpec) -> Model:
+    row = session.scalar(select(Model).where(Model.name == spec.name))
+    if row is None:
+        row = Model(name=spec.name)
+        session.add(row)
+    row.tier = spec.tier
+    row.context_length = spec.context_length or row.context_length
+    row.fallbacks = list(spec.fallbacks)
+    row.price_in_per_1k, row.price_out_per_1k = spec.price_in_per_1k, spec.price_out_per_1k
+    if spec.routing:
+        row.routing = spec.routing
+    session.flush()
+    return row
+
+
+def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSpec]:
+    """Write the configured models and backends; return the builtin engines to start.
+    Managed backends from an earlier run are replaced (their ports may differ now)."""
+    specs: list[EngineSpec] = []
+    port = settings.engine_port_base
+    with sessions.begin() as session:
+        for spec in settings.models:
+            model = _upsert_model(session, spec)
+            for old in [b for b in model.backends if b.managed or spec.backends]:
+                session.delete(old)
+            session.flush()
+            for b in spec.backends:
+                session.add(Backend(model_id=model.id, url=b.url.rstrip("/"), engine=b.engine,
+                                    served_model=b.served_model or spec.name, gpu_type=b.gpu,
+                                    weight=b.weight, tier=spec.tier, state="ready", managed=False))
+            if spec.engine == "builtin" and not spec.backends and spec.tier == "hot":
+                for _ in range(max(spec.replicas, 1)):
+                    port = free_port(preferred=port) + 1
+                    engine = EngineSpec(name=spec.name, model=spec.model or spec.name,
+                                        port=port - 1, args=dict(spec.engine_args))
+                    specs.append(engine)
+                    session.add(Backend(model_id=model.id, url=engine.url, engine="builtin",
+                                        served_model=spec.name, tier=spec.tier, state="starting",
+                                        managed=True, command=engine.command(), port=engine.port))
+        bump_version(session)
+    return specs
+
+
+def set_backend_state(sessions: sessionmaker, url: str, state: str, error: str | None = None) -> bool:
+    """Returns True when the state changed (and the snapshot version was bumped)."""
+    with sessions.begin() as session:
+        rows = session.scalars(select(Backend).where(Backend.url == url)).all()
+        changed = [r for r in rows if r.state != state]
+        for row in changed:
+            row.state, row.last_error = state, error
+        if changed:
+            bump_version(session)
+        return bool(changed)
+
+
+def create_key_cli(settings: Settings, args: argparse.Namespace) -> int:
+    from registry.db import make_session_factory
+    from registry.migrate import upgrade
+
+    url = settings.resolved_database_url()
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    upgrade(url, progress=None)
+    secret = keyring.generate_key()
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    with make_session_factory(url).begin() as session:
+        _store_key(session, secret, args.name, args.role, team=args.team, models=models,
+                   rpm_limit=args.rpm_limit, tpm_limit=args.tpm_limit, priority=args.priority)
+        bump_version(session)
+    print(secret)
+    print(f"key {args.name!r} ({args.role}) created; the secret is shown only once",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,96 @@
+"""Inferplane settings: one YAML file with ${VAR} / ${VAR:-default} interpolation.
+
+With no file, the embedded default applies: SQLite under .inferplane/, in-memory limits, and the
+built-in engine serving smollm2-135m-instruct.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class BackendSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    engine: str = "openai"
+    served_model: str | None = None
+    gpu: str | None = None
+    weight: float = Field(1.0, gt=0)
+    version: str | None = None
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    engine: str = "builtin"
+    model: str | None = None  # builtin engine model reference (name, .gguf path or HF dir)
+    tier: Literal["hot", "warm", "cold"] = "hot"
+    replicas: int = Field(1, ge=0)
+    context_length: int | None = None
+    routing: str | None = None
+    fallbacks: list[str] = Field(default_factory=list)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    backends: list[BackendSpec] = Field(default_factory=list)
+    price_in_per_1k: float = 0.0
+    price_out_per_1k: float = 0.0
+
+    @model_validator(mode="after")
+    def _builtin_needs_model(self) -> "ModelSpec":
+        if self.engine == "builtin" and not self.backends and not self.model:
+            self.model = self.name
+        return self
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    data_dir: str = ".inferplane"
+    database_url: str | None = None  # None = sqlite:///<data_dir>/inferplane.db
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine_port_base: int = 8100
+    engine_ready_timeout_s: float = 600.0
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL)])
+    routing: dict[str, Any] = Field(default_factory=dict)
+    gateway: dict[str, Any] = Field(default_factory=dict)  # passed to GatewaySettings
+    log_level: str = "info"
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{Path(self.data_dir).resolve() / 'inferplane.db'}"
+
+    def gateway_settings_dict(self) -> dict[str, Any]:
+        merged = dict(self.gateway)
+        merged.setdefault("redis_url", self.redis_url)
+        if self.routing:
+            merged.setdefault("routing", self.routing)
+        return merged
+
+
+def interpolate_env(text: str) -> str:
+    def replace(match: re.Match) -> str:
+        value = os.environ.get(match.group(1))
+        if value is None:
+            if match.group(2) is None:
+                raise ValueError(f"environment variable {match.group(1)} is not set")
+            return match.group(2)
+        return value
+    return _ENV_PATTERN.sub(replace, text)
+
+
+def load_settings(path: str | os.PathLike | None = None) -> Settings:
+    if path is None:
+        return Settings()
+    raw = yaml.safe_load(interpolate_env(Path(path).read_text())) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: the top level must be a mapping")
+    return Settings.model_validate(raw)

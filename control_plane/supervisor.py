@@ -1,0 +1,185 @@
+"""Builtin engine processes: start, relay their output, wait until ready, restart, stop.
+
+Children get PR_SET_PDEATHSIG so they die with the control plane even if it is killed hard:
+Ctrl-C or a crash never leaves an orphan engine holding a port and memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import httpx
+
+log = logging.getLogger("inferplane.supervisor")
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
+    for candidate in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind((host, candidate))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port")
+
+
+@dataclass
+class EngineSpec:
+    name: str  # served model name
+    model: str  # model reference for the builtin engine
+    port: int
+    host: str = "127.0.0.1"
+    args: dict = field(default_factory=dict)  # extra CLI flags, e.g. {"max_num_seqs": 32}
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "builtin_engine", "serve", "--model", self.model,
+               "--served-model-name", self.name, "--host", self.host, "--port", str(self.port)]
+        for key, value in self.args.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                cmd.append(flag)
+            elif value not in (False, None):
+                cmd += [flag, str(value)]
+        return cmd
+
+
+class EngineProcess:
+    def __init__(self, spec: EngineSpec):
+        self.spec = spec
+        self.proc: asyncio.subprocess.Process | None = None
+        self._pump: asyncio.Task | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.spec.command(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._pump = asyncio.create_task(self._relay_output())
+
+    async def _relay_output(self) -> None:
+        assert self.proc and self.proc.stdout
+        async for line in self.proc.stdout:
+            text = line.decode(errors="replace").rstrip()
+            print(f"[{self.spec.name}] {text}", file=sys.stderr, flush=True)
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        health = self.spec.url.removesuffix("/v1") + "/health"
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if not self.running:
+                    raise RuntimeError(f"engine {self.spec.name} exited with code "
+                                       f"{self.proc.returncode if self.proc else '?'}")
+                try:
+                    if (await client.get(health)).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.25)
+        raise TimeoutError(f"engine {self.spec.name} not ready after {timeout_s:.0f}s")
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        if self.running:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        if self._pump:
+            self._pump.cancel()
+
+
+StateCallback = Callable[[EngineSpec, str], Awaitable[None] | None]
+
+
+class EngineSupervisor:
+    """Keeps engines alive: restarts one that dies (with backoff) and reports state changes."""
+
+    def __init__(self, on_state: StateCallback | None = None, ready_timeout_s: float = 600.0):
+        self.processes: dict[str, EngineProcess] = {}
+        self.on_state = on_state
+        self.ready_timeout_s = ready_timeout_s
+        self._watch: dict[str, asyncio.Task] = {}
+        self._stopping = False
+
+    async def _report(self, spec: EngineSpec, state: str) -> None:
+        if self.on_state:
+            result = self.on_state(spec, state)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def start(self, spec: EngineSpec, wait: bool = True) -> EngineProcess:
+        proc = EngineProcess(spec)
+        self.processes[spec.name + f":{spec.port}"] = proc
+        await self._report(spec, "starting")
+        await proc.start()
+        if wait:
+            await self._await_ready(proc)
+        self._watch[spec.name + f":{spec.port}"] = asyncio.create_task(self._watchdog(proc))
+        return proc
+
+    async def _await_ready(self, proc: EngineProcess) -> None:
+        try:
+            await proc.wait_ready(self.ready_timeout_s)
+        except Exception:
+            await self._report(proc.spec, "down")
+            raise
+        await self._report(proc.spec, "ready")
+
+    async def _watchdog(self, proc: EngineProcess) -> None:
+        backoff = 1.0
+        while not self._stopping:
+            await proc.proc.wait()
+            if self._stopping:
+                return
+            log.warning("engine %s exited (code %s); restarting in %.0fs",
+                        proc.spec.name, proc.proc.returncode, backoff)
+            await self._report(proc.spec, "down")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 60.0)
+            await proc.start()
+            try:
+                await self._await_ready(proc)
+                backoff = 1.0
+            except Exception as exc:  # keep trying: the watchdog owns this engine
+                log.error("engine %s failed to restart: %s", proc.spec.name, exc)
+
+    async def stop(self, key: str) -> None:
+        proc = self.processes.pop(key, None)
+        task = self._watch.pop(key, None)
+        if task:
+            task.cancel()
+        if proc:
+            await proc.stop()
+            await self._report(proc.spec, "down")
+
+    async def stop_all(self) -> None:
+        self._stopping = True
+        for task in self._watch.values():
+            task.cancel()
+        await asyncio.gather(*(p.stop() for p in self.processes.values()), return_exceptions=True)
+        self.processes.clear()

@@ -1,0 +1,152 @@
+"""Process entry points: `inferplane up` (embedded), `gateway`, `control-plane`."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from .settings import Settings
+
+log = logging.getLogger("inferplane")
+
+
+def _say(message: str) -> None:
+    print(f"[inferplane] {message}", file=sys.stderr, flush=True)
+
+
+def _gateway_settings(settings: Settings):
+    from gateway.settings import GatewaySettings
+
+    return GatewaySettings(**settings.gateway_settings_dict())
+
+
+def _prepare_database(settings: Settings):
+    from registry.db import make_session_factory
+    from registry.migrate import upgrade
+
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url()
+    upgrade(url, progress=lambda msg: _say(f"migrations: {msg}"))
+    return make_session_factory(url)
+
+
+def _build_app(settings: Settings, sessions, snapshots):
+    from gateway.app import create_gateway_app
+
+    from .admin import include_admin_routers
+
+    app = create_gateway_app(_gateway_settings(settings), snapshots)
+    include_admin_routers(app, sessions, snapshots)
+    return app
+
+
+def _server(app, settings: Settings) -> uvicorn.Server:
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                            http="httptools", loop="none", lifespan="on",
+                            timeout_graceful_shutdown=10)
+    return uvicorn.Server(config)
+
+
+async def _up(settings: Settings) -> None:
+    from .bootstrap import ensure_admin_key, register_models, set_backend_state
+    from .health import HealthProber
+    from .snapshots import SnapshotSource
+    from .supervisor import EngineSupervisor
+
+    sessions = _prepare_database(settings)
+    secret, created = ensure_admin_key(sessions, Path(settings.data_dir))
+    if created:
+        _say(f"admin key (shown once, also in {Path(settings.data_dir) / 'admin.key'}): {secret}")
+    engines = register_models(sessions, settings)
+    snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
+
+    async def on_state(spec, state):
+        if await asyncio.to_thread(set_backend_state, sessions, spec.url, state):
+            snapshots.refresh()
+
+    supervisor = EngineSupervisor(on_state=on_state, ready_timeout_s=settings.engine_ready_timeout_s)
+    background: list[asyncio.Task] = []
+    try:
+        if engines:
+            _say(f"starting {len(engines)} builtin engine(s): "
+                 + ", ".join(f"{e.name} on :{e.port}" for e in engines))
+        await asyncio.gather(*(supervisor.start(spec) for spec in engines))
+        snapshots.refresh()
+        background.append(asyncio.create_task(snapshots.run()))
+        background.append(asyncio.create_task(
+            HealthProber(sessions, on_change=snapshots.refresh).run()))
+        server = _server(_build_app(settings, sessions, snapshots), settings)
+        _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, "
+             f"admin API at /admin/v1, metrics at /metrics (Ctrl-C stops everything)")
+        await server.serve()
+    finally:
+        for task in background:
+            task.cancel()
+        _say("stopping engines")
+        await supervisor.stop_all()
+
+
+def _run(main) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main)
+    return 0
+
+
+def run_up(settings: Settings) -> int:
+    return _run(_up(settings))
+
+
+async def _gateway(settings: Settings) -> None:
+    from .snapshots import SnapshotSource
+
+    sessions = _prepare_database(settings)
+    snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
+    snapshots.refresh()
+    task = asyncio.create_task(snapshots.run())
+    try:
+        from gateway.app import create_gateway_app
+        await _server(create_gateway_app(_gateway_settings(settings), snapshots), settings).serve()
+    finally:
+        task.cancel()
+
+
+def run_gateway(settings: Settings, workers: int = 1) -> int:
+    if workers > 1:
+        _say("run one process per replica (e.g. several `inferplane gateway` behind a balancer)")
+    return _run(_gateway(settings))
+
+
+async def _control_plane(settings: Settings) -> None:
+    from fastapi import FastAPI
+
+    from .admin import include_admin_routers
+    from .health import HealthProber
+    from .snapshots import SnapshotSource
+
+    sessions = _prepare_database(settings)
+    snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
+    snapshots.refresh()
+    app = FastAPI(title="Inferplane control plane")
+    include_admin_routers(app, sessions, snapshots)
+    tasks = [asyncio.create_task(snapshots.run()),
+             asyncio.create_task(HealthProber(sessions, on_change=snapshots.refresh).run())]
+    try:
+        await _server(app, settings).serve()
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def run_control_plane(settings: Settings) -> int:
+    return _run(_control_plane(settings))

@@ -1,0 +1,236 @@
+"""EngineAdapter for OpenAI-compatible HTTP servers (vLLM, SGLang, TGI, llama.cpp, builtin).
+
+Streaming is a byte-level pass-through: upstream SSE is split into events and each event is
+handed on unchanged. `chat`/`completions` return only after the first event has arrived, so a
+caller can still retry elsewhere on connect errors, 5xx and first-token timeouts without the
+client having seen a byte. Closing the stream closes the upstream connection, which the engine
+takes as a client disconnect and aborts the request.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import httpx
+import orjson
+
+from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
+from engine_adapter.metrics_parse import parse_load
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 5.0
+    first_token: float = 60.0
+    total: float = 600.0
+
+
+def create_http_client(max_connections: int = 2048, keepalive: int = 512,
+                       connect_timeout: float = 5.0) -> httpx.AsyncClient:
+    """One pooled HTTP/1.1 keep-alive client shared by every backend adapter."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive,
+                          keepalive_expiry=30.0)
+    # read=None: per-request deadlines are enforced by the adapter (first token, total).
+    timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=connect_timeout)
+    # trust_env=False: a proxy from the environment must never sit between gateway and engines.
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, http1=True)
+
+
+def _server_root(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base[:-3] if base.endswith("/v1") else base
+
+
+def _error_body(raw: bytes) -> dict:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"message": raw.decode("utf-8", "replace")[:2000]}
+    return body if isinstance(body, dict) else {"message": str(body)}
+
+
+class _SSEStream(EngineStream):
+    """SSE events of one upstream response; the first events were read ahead by the adapter."""
+
+    def __init__(self, response: httpx.Response, chunks: AsyncIterator[bytes],
+                 pending: list[bytes], buffer: bytes, deadline: float):
+        self._response = response
+        self._chunks = chunks
+        self._pending = pending
+        self._buffer = buffer
+        self._deadline = deadline
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            for event in self._pending:
+                yield event
+            self._pending = []
+            while True:
+                event = await self.next_event()
+                if event is None:
+                    return
+                yield event
+        finally:
+            await self.aclose()
+
+    async def next_event(self) -> bytes | None:
+        """The next complete event (separator included), None at end of stream."""
+        while True:
+            cut = self._buffer.find(b"\n\n")
+            if cut >= 0:
+                event, self._buffer = self._buffer[:cut + 2], self._buffer[cut + 2:]
+                return event
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                rest, self._buffer = self._buffer.strip(), b""
+                return rest + b"\n\n" if rest else None
+            except TimeoutError:
+                raise EngineError("timeout", "upstream exceeded the total request timeout")
+            except httpx.HTTPError as exc:
+                raise EngineError("protocol", f"upstream stream broke: {exc!r}") from exc
+            if b"\r" in chunk:
+                chunk = chunk.replace(b"\r\n", b"\n")
+            self._buffer += chunk
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class OpenAIHTTPAdapter(EngineAdapter):
+    def __init__(self, base_url: str, engine: str = "vllm", client: httpx.AsyncClient | None = None,
+                 timeouts: Timeouts = Timeouts(), api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.root = _server_root(self.base_url)
+        self.engine = engine
+        self.timeouts = timeouts
+        self._owns_client = client is None
+        self._client = client or create_http_client(connect_timeout=timeouts.connect)
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+
+    async def chat(self, body: dict) -> dict | EngineStream:
+        return await self._call("/chat/completions", body)
+
+    async def completions(self, body: dict) -> dict | EngineStream:
+        return await self._call("/completions", body)
+
+    async def _call(self, path: str, body: dict) -> dict | EngineStream:
+        request = self._client.build_request("POST", self.base_url + path,
+                                             content=orjson.dumps(body), headers=self._headers)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeouts.total
+        if body.get("stream"):
+            first_deadline = min(deadline, loop.time() + self.timeouts.first_token)
+            return await self._open_stream(request, first_deadline, deadline)
+        return await self._complete(request, deadline)
+
+    async def _send(self, request: httpx.Request, deadline: float,
+                    timeout_kind: str) -> httpx.Response:
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._client.send(request, stream=True)
+        except TimeoutError:
+            raise EngineError(timeout_kind, "upstream did not answer in time")
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
+        if response.status_code >= 400:
+            await self._raise_http_error(response, deadline)
+        return response
+
+    async def _raise_http_error(self, response: httpx.Response, deadline: float) -> None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                raw = await response.aread()
+        except (TimeoutError, httpx.HTTPError):
+            raw = b""
+        finally:
+            await response.aclose()
+        status = response.status_code
+        kind = "http_4xx" if status < 500 else "http_5xx"
+        raise EngineError(kind, f"upstream answered {status}", status=status,
+                          body=_error_body(raw))
+
+    async def _open_stream(self, request: httpx.Request, first_deadline: float,
+                           deadline: float) -> EngineStream:
+        response = await self._send(request, first_deadline, "first_token_timeout")
+        stream = _SSEStream(response, response.aiter_bytes(), [], b"", first_deadline)
+        pending: list[bytes] = []
+        try:
+            # Read ahead to the first data event: until then the request may be retried.
+            while True:
+                event = await stream.next_event()
+                if event is None:
+                    raise EngineError("protocol", "upstream closed the stream before any data")
+                pending.append(event)
+                if event.startswith(b"data:"):
+                    break
+        except EngineError as exc:
+            await response.aclose()
+            if exc.kind == "timeout":
+                raise EngineError("first_token_timeout", "no first token in time") from exc
+            raise
+        except BaseException:
+            await response.aclose()
+            raise
+        return _SSEStream(response, stream._chunks, pending, stream._buffer, deadline)
+
+    async def _complete(self, request: httpx.Request, deadline: float) -> dict:
+        response = await self._send(request, deadline, "timeout")
+        try:
+            async with asyncio.timeout_at(deadline):
+                raw = await response.aread()
+        except TimeoutError:
+            raise EngineError("timeout", "upstream exceeded the total request timeout")
+        except httpx.HTTPError as exc:
+            raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
+        finally:
+            await response.aclose()
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise EngineError("protocol", "upstream returned invalid JSON") from exc
+
+    async def _get(self, url: str, timeout: float) -> httpx.Response:
+        return await self._client.get(url, timeout=timeout, headers=self._headers)
+
+    async def health(self) -> bool:
+        try:
+            response = await self._get(self.root + "/health", self.timeouts.connect)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def load(self) -> LoadView:
+        response = await self._get(self.root + "/metrics", self.timeouts.connect)
+        response.raise_for_status()
+        return parse_load(self.engine, response.text)
+
+    async def kv_summary(self) -> dict | None:
+        if self.engine != "builtin":
+            return None
+        response = await self._get(self.root + "/kv/summary", self.timeouts.connect)
+        return response.json() if response.status_code == 200 else None
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        await self._post_admin("/load_lora_adapter", {"lora_name": name, "lora_path": path})
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._post_admin("/unload_lora_adapter", {"lora_name": name})
+
+    async def _post_admin(self, path: str, payload: dict) -> None:
+        response = await self._client.post(self.base_url + path, content=orjson.dumps(payload),
+                                           headers=self._headers, timeout=self.timeouts.total)
+        if response.status_code >= 400:
+            kind = "http_4xx" if response.status_code < 500 else "http_5xx"
+            raise EngineError(kind, f"{path} answered {response.status_code}",
+                              status=response.status_code, body=_error_body(response.content))
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

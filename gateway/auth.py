@@ -1,0 +1,121 @@
+"""Who is calling: API keys (hashed, looked up in the snapshot) or JWTs, as a `Principal`.
+
+`authenticate` and `require_role` are FastAPI dependencies; the control plane's admin routers
+import them. Roles nest: admin ⊇ operator ⊇ user. Secrets never reach a log line.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from fastapi import Depends, Request
+
+from gateway.errors import OpenAIError
+from gateway.jwt_auth import looks_like_jwt
+from registry.keys import hash_key
+
+ROLE_RANK = {"user": 0, "operator": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    name: str
+    team: str | None
+    role: str
+    models: tuple[str, ...] | None   # None = every model
+    priority: int = 0
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    max_budget: float | None = None
+
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    def has_role(self, role: str) -> bool:
+        return ROLE_RANK.get(self.role, -1) >= ROLE_RANK[role]
+
+
+def _allowlist(models) -> tuple[str, ...] | None:
+    if not models or "*" in models:
+        return None
+    if isinstance(models, str):
+        return tuple(m.strip() for m in models.split(",") if m.strip())
+    return tuple(models)
+
+
+def _expired(expires_at) -> bool:
+    if expires_at is None:
+        return False
+    if isinstance(expires_at, datetime):
+        if expires_at.tzinfo is None:  # stored as naive UTC
+            expires_at = expires_at.replace(tzinfo=timezone.utc)
+        return expires_at <= datetime.now(timezone.utc)
+    return float(expires_at) <= time.time()
+
+
+def principal_from_key(snapshot, secret: str) -> Principal:
+    key = snapshot.keys.get(hash_key(secret))
+    if key is None:
+        raise OpenAIError(401, "invalid API key", code="invalid_api_key")
+    if key.revoked:
+        raise OpenAIError(401, "API key has been revoked", code="invalid_api_key")
+    if _expired(key.expires_at):
+        raise OpenAIError(401, "API key has expired", code="invalid_api_key")
+    return Principal(key_id=str(key.key_id), name=key.name, team=key.team, role=key.role or "user",
+                     models=_allowlist(key.models), priority=key.priority or 0,
+                     rpm_limit=key.rpm_limit, tpm_limit=key.tpm_limit,
+                     max_budget=getattr(key, "max_budget", None))
+
+
+def principal_from_claims(claims: dict, settings) -> Principal:
+    role = str(claims.get(settings.jwt.role_claim) or "user")
+    if role not in ROLE_RANK:
+        raise OpenAIError(403, f"token role {role!r} is not a known role", code="invalid_role")
+    subject = str(claims.get("sub") or "anonymous")
+    return Principal(key_id=f"jwt:{subject}", name=subject, team=claims.get(settings.jwt.team_claim),
+                     role=role, models=_allowlist(claims.get(settings.jwt.models_claim)),
+                     priority=int(claims.get("priority") or 0),
+                     rpm_limit=settings.limits.rpm, tpm_limit=settings.limits.tpm)
+
+
+def bearer_token(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if not header:
+        raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <key>'",
+                          code="missing_api_key")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise OpenAIError(401, "malformed Authorization header: expected 'Bearer <key>'",
+                          code="invalid_api_key")
+    return token
+
+
+async def authenticate(request: Request) -> Principal:
+    state = request.app.state.gateway
+    token = bearer_token(request)
+    if looks_like_jwt(token):
+        if state.jwt is None:
+            raise OpenAIError(401, "JWT authentication is not enabled", code="invalid_api_key")
+        principal = principal_from_claims(await state.jwt.claims(token), state.settings)
+    else:
+        principal = principal_from_key(state.snapshot_source.current, token)
+    request.state.principal = principal
+    return principal
+
+
+def require_role(*roles: str):
+    """Dependency admitting principals whose role is at least the lowest of `roles`."""
+    unknown = [r for r in roles if r not in ROLE_RANK]
+    if unknown or not roles:
+        raise ValueError(f"unknown roles {unknown}; expected some of {list(ROLE_RANK)}")
+    needed = min(roles, key=ROLE_RANK.__getitem__)
+
+    async def _require(principal: Principal = Depends(authenticate)) -> Principal:
+        if not principal.has_role(needed):
+            raise OpenAIError(403, f"this operation needs the {needed} role", code="forbidden")
+        return principal
+
+    return _require

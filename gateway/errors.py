@@ -1,0 +1,104 @@
+"""Every error leaves the gateway in OpenAI's shape: {"error": {message, type, param, code}}.
+
+FastAPI's own handlers (validation, HTTPException, unhandled exceptions) are replaced so no
+route, /v1 or /admin, ever answers with the default {"detail": ...}.
+"""
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("inferplane.gateway")
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+class OpenAIError(Exception):
+    def __init__(self, status: int, message: str, *, type: str | None = None,
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _TYPE_BY_STATUS.get(status, "server_error" if status >= 500
+                                                else "invalid_request_error")
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def response(self) -> Response:
+        return Response(orjson.dumps(self.body()), status_code=self.status,
+                        headers=self.headers, media_type="application/json")
+
+
+def error_from_upstream(status: int, body: dict | None) -> OpenAIError:
+    """Normalise an engine's error body (vLLM, TGI, FastAPI shapes) into an OpenAIError."""
+    body = body or {}
+    inner = body.get("error")
+    if isinstance(inner, dict):
+        return OpenAIError(status, str(inner.get("message") or "upstream error"),
+                           type=inner.get("type"), param=inner.get("param"),
+                           code=_code(inner.get("code")))
+    message = body.get("message") or inner or body.get("detail") or "upstream error"
+    if not isinstance(message, str):
+        message = orjson.dumps(message).decode()
+    return OpenAIError(status, message, type=body.get("type") or body.get("error_type"),
+                       param=body.get("param"), code=_code(body.get("code")))
+
+
+def _code(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    param = ".".join(loc) or None
+    return (f"{param}: {first.get('msg')}" if param else str(first.get("msg"))), param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(OpenAIError)
+    async def _openai_error(_: Request, exc: OpenAIError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        message, param = _validation_message(exc)
+        return OpenAIError(400, message, param=param, code="invalid_request").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        message = exc.detail if isinstance(exc.detail, str) else orjson.dumps(exc.detail).decode()
+        return OpenAIError(exc.status_code, message, headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(Exception)
+    async def _unhandled(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error in request", exc_info=exc)
+        return OpenAIError(500, "internal error", code="internal_error").response()

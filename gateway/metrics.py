@@ -1,0 +1,74 @@
+"""The gateway's Prometheus metrics, in their own registry (served at /metrics).
+
+Labels are bounded: model, version, backend, team, strategy, reason — never key or user ids.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# 5 ms .. 120 s: from a cached short completion to a long generation.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+                   60.0, 120.0)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2,
+                         0.3, 0.5, 1.0, 2.5)
+SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+BREAKER_STATE = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("inferplane_requests_total", "Requests by final status code",
+                                ["model", "version", "code"], registry=r)
+        self.request_duration = Histogram(
+            "inferplane_request_duration_seconds", "End-to-end request latency",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("inferplane_time_to_first_token_seconds", "Time to first token",
+                              ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("inferplane_time_per_output_token_seconds",
+                              "Mean time per output token after the first", ["model", "version"],
+                              buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("inferplane_inter_token_latency_seconds",
+                             "Gap between streamed chunks", ["model"],
+                             buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("inferplane_tokens_total", "Tokens by kind",
+                              ["model", "version", "kind"], registry=r)
+        self.queue_depth = Gauge("inferplane_queue_depth", "Requests waiting for admission",
+                                 ["model", "priority"], registry=r)
+        self.queue_wait = Histogram("inferplane_queue_wait_seconds", "Time spent in admission",
+                                    ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.rejections = Counter("inferplane_rejections_total", "Requests refused before routing",
+                                  ["model", "reason"], registry=r)
+        self.breaker_state = Gauge("inferplane_circuit_breaker_state",
+                                   "0 closed, 1 half-open, 2 open", ["backend"], registry=r)
+        self.routing_decisions = Counter("inferplane_routing_decisions_total", "Backend picks",
+                                         ["model", "strategy", "backend"], registry=r)
+        self.prefix_hit_estimate = Gauge("inferplane_prefix_cache_hit_estimate",
+                                         "Estimated prefix-cache hit ratio", ["model", "backend"],
+                                         registry=r)
+        self.prefix_lookup_tokens = Counter("inferplane_prefix_lookup_tokens",
+                                            "Prompt tokens looked up in the prefix index",
+                                            ["model"], registry=r)
+        self.prefix_hit_tokens = Counter("inferplane_prefix_hit_tokens",
+                                         "Prompt tokens found in the chosen backend's prefix index",
+                                         ["model"], registry=r)
+        self.upstream_errors = Counter("inferplane_upstream_errors_total", "Engine failures",
+                                       ["model", "backend", "kind"], registry=r)
+        self.spend = Counter("inferplane_spend_usd", "Spend in USD", ["model", "team"], registry=r)
+        self.backend_healthy = Gauge("inferplane_backend_healthy", "1 when routable",
+                                     ["model", "backend"], registry=r)
+        self.retries = Counter("inferplane_retries_total", "Retries on another backend",
+                               ["model"], registry=r)
+        self.fallbacks = Counter("inferplane_fallbacks_total", "Requests served by a fallback",
+                                 ["model"], registry=r)
+        self.inflight = Gauge("inferplane_inflight_requests", "Requests in flight",
+                              ["model", "backend"], registry=r)
+        self.shadow_requests = Counter("inferplane_shadow_requests_total", "Shadow copies sent",
+                                       ["model", "version", "outcome"], registry=r)
+        self.shadow_similarity = Histogram("inferplane_shadow_similarity",
+                                           "Similarity of shadow and primary answers", ["model"],
+                                           buckets=SIMILARITY_BUCKETS, registry=r)
+
+    def set_breaker(self, backend: str, state: str) -> None:
+        self.breaker_state.labels(backend).set(BREAKER_STATE.get(state, 0))

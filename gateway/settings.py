@@ -1,0 +1,93 @@
+"""Gateway configuration (the `gateway:` section of the YAML file, plus `routing` and `redis_url`)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Strategy = Literal["round_robin", "least_loaded", "p2c", "prefix_aware", "weighted",
+                   "lora_affinity", "session_affinity"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RoutingSettings(_Section):
+    strategy: Strategy = "least_loaded"
+    per_model: dict[str, Strategy] = Field(default_factory=dict)
+    # prefix_aware: characters per hashed prompt block, and per-backend LRU capacity in blocks
+    prefix_block_chars: int = Field(256, ge=16)
+    prefix_index_blocks: int = Field(50_000, ge=1)
+    prefix_precise: bool = False       # use the builtin engine's /kv/summary when available
+    # a backend whose load exceeds the least loaded by this many requests loses prefix preference
+    prefix_load_slack: float = Field(4.0, ge=0)
+    session_header: str = "x-session-id"
+    load_poll_interval_s: float = Field(1.0, ge=0)  # 0 disables engine load polling
+
+    def strategy_for(self, model: str, model_default: str | None = None) -> str:
+        return self.per_model.get(model) or model_default or self.strategy
+
+
+class TimeoutSettings(_Section):
+    connect: float = Field(5.0, gt=0)
+    first_token: float = Field(60.0, gt=0)
+    total: float = Field(600.0, gt=0)
+
+
+class JWTSettings(_Section):
+    enabled: bool = False
+    issuer: str | None = None
+    audience: str | None = None
+    jwks_url: str | None = None
+    secret: str | None = None          # HS256 shared secret when no JWKS
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "HS256"])
+    role_claim: str = "role"
+    team_claim: str = "team"
+    models_claim: str = "models"
+    leeway_s: float = 0.0
+
+    @model_validator(mode="after")
+    def _needs_a_key(self) -> "JWTSettings":
+        if self.enabled and not (self.jwks_url or self.secret):
+            raise ValueError("jwt.enabled needs jwks_url or secret")
+        return self
+
+
+class LimitDefaults(_Section):
+    rpm: int | None = None             # per key when the key sets none; None = unlimited
+    tpm: int | None = None
+    team_rpm: int | None = None
+    team_tpm: int | None = None
+
+
+class AdmissionSettings(_Section):
+    queue_size: int = Field(256, ge=0)
+    queue_timeout_s: float = Field(30.0, gt=0)
+    max_inflight_per_backend: int = Field(256, ge=1)
+
+
+class ShadowSettings(_Section):
+    enabled: bool = True
+    timeout_s: float = Field(60.0, gt=0)
+    max_concurrent: int = Field(16, ge=1)
+
+
+class BreakerSettings(_Section):
+    failure_threshold: int = Field(5, ge=1)
+    open_seconds: float = Field(10.0, gt=0)
+
+
+class GatewaySettings(_Section):
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    retries: int = Field(2, ge=0)      # extra backends tried before the first byte is sent
+    redis_url: str | None = None       # None = in-memory limits and indexes
+    jwt: JWTSettings = Field(default_factory=JWTSettings)
+    limits: LimitDefaults = Field(default_factory=LimitDefaults)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    log_prompts: bool = False
+    max_connections: int = Field(2048, ge=1)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)

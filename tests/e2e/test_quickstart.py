@@ -1,0 +1,164 @@
+"""The embedded quickstart end to end: `inferplane up` with the real model, real HTTP, the
+official openai client, and every OpenAI error case of the request path."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.conftest import free_port, wait_http
+
+MODEL = "smollm2-135m-instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    work = tmp_path_factory.mktemp("up")
+    port, engine_port = free_port(), free_port()
+    config = work / "inferplane.yaml"
+    config.write_text(f"engine_port_base: {engine_port}\n"
+                      f"models:\n  - name: {MODEL}\n    engine_args: {{max_num_seqs: 8}}\n"
+                      f"  - name: offline-model\n    engine: openai\n"
+                      f"    backends: [{{url: 'http://127.0.0.1:{free_port()}/v1'}}]\n")
+    env = {k: v for k, v in os.environ.items() if k != "INFERPLANE_ADMIN_KEY"}
+    log = open(work / "up.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config", str(config),
+                             "--port", str(port)], cwd=work, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/readyz", proc, timeout=300)
+        key = (work / ".inferplane" / "admin.key").read_text().strip()
+        yield {"proc": proc, "base": f"http://127.0.0.1:{port}", "key": key, "work": work,
+               "engine_port": engine_port}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(stack) -> OpenAI:
+    return OpenAI(base_url=stack["base"] + "/v1", api_key=stack["key"], max_retries=0)
+
+
+def test_admin_key_written_once_with_private_mode(stack):
+    key_file = stack["work"] / ".inferplane" / "admin.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stack["key"] in (stack["work"] / "up.log").read_text()
+
+
+def test_openai_client_answers_paris_streamed_and_not(client):
+    reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                           max_tokens=32)
+    text = reply.choices[0].message.content
+    assert "Paris" in text
+    assert reply.usage.prompt_tokens > 0 and reply.usage.completion_tokens > 0
+    stream = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                            max_tokens=32, stream=True,
+                                            stream_options={"include_usage": True})
+    pieces, usage = [], None
+    for chunk in stream:
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+        if chunk.usage:
+            usage = chunk.usage
+    assert "".join(pieces) == text
+    assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
+
+
+def test_completions_and_models(client):
+    models = [m.id for m in client.models.list().data]
+    assert MODEL in models
+    done = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                     max_tokens=5, temperature=0)
+    assert done.choices[0].text and done.usage.completion_tokens <= 5
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me a word."}],
+                  temperature=1.0, seed=1234, max_tokens=12)
+    first = client.chat.completions.create(**kwargs).choices[0].message.content
+    second = client.chat.completions.create(**kwargs).choices[0].message.content
+    assert first == second
+
+
+def _post(stack, path, body=None, key="admin", raw=None):
+    headers = {"Content-Type": "application/json"}
+    if key == "admin":
+        headers["Authorization"] = f"Bearer {stack['key']}"
+    elif key:
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx.post(stack["base"] + path, json=body, content=raw, headers=headers, timeout=60)
+
+
+def _assert_openai_error(resp, status):
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) >= {"message", "type", "param", "code"} and err["message"]
+    return err
+
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("key", [None, "ip-not-a-real-key"])
+def test_bad_or_missing_key_is_401(stack, key):
+    _assert_openai_error(_post(stack, CHAT, {"model": MODEL, "messages": QUESTION}, key=key), 401)
+
+
+def test_unknown_model_is_404(stack):
+    _assert_openai_error(_post(stack, CHAT, {"model": "no-such-model", "messages": QUESTION}), 404)
+
+
+@pytest.mark.parametrize("body,raw", [
+    (None, b'{"model": "smollm2-135m-instruct", "messages": ['),  # malformed JSON
+    ({"model": MODEL}, None),  # missing messages
+    ({"model": MODEL, "messages": "hello"}, None),  # wrong type
+    ({"model": MODEL, "messages": QUESTION, "temperature": "hot"}, None),
+    ({"model": MODEL, "messages": QUESTION, "max_tokens": 10**7}, None),  # beyond context
+    ({"model": MODEL, "messages": QUESTION, "n": 2}, None),
+])
+def test_invalid_body_is_400(stack, body, raw):
+    _assert_openai_error(_post(stack, CHAT, body, raw=raw), 400)
+
+
+def test_completions_invalid_body_is_400(stack):
+    _assert_openai_error(_post(stack, "/v1/completions", {"model": MODEL}), 400)
+
+
+def test_no_ready_backend_is_503(stack):
+    _assert_openai_error(_post(stack, CHAT, {"model": "offline-model", "messages": QUESTION}), 503)
+
+
+def test_health_endpoints(stack):
+    assert httpx.get(stack["base"] + "/healthz").status_code == 200
+    assert httpx.get(stack["base"] + "/readyz").status_code == 200
+
+
+def test_ctrl_c_stops_everything(stack):
+    proc = stack["proc"]
+    engine_health = f"http://127.0.0.1:{stack['engine_port']}/health"
+    assert httpx.get(engine_health, timeout=5).status_code == 200
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(engine_health, timeout=1)
+        except httpx.HTTPError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the engine process outlived `inferplane up`")
