@@ -48,8 +48,13 @@ def sli_records(config: RuleConfig) -> list[dict]:
     return rules
 
 
-def latency_records() -> list[dict]:
-    rules = []
+def latency_records(config: RuleConfig) -> list[dict]:
+    # The thresholds are recorded too, so dashboards draw the SLO line from one source.
+    rules = [
+        record("inferplane:slo_latency_threshold:seconds", f"vector({number(seconds)})",
+               {"slo": slo})
+        for slo, seconds in (("ttft", config.ttft_p95_slo_s), ("tpot", config.tpot_p95_slo_s))
+    ]
     for short, metric in LATENCY_HISTOGRAMS:
         for quantile in (0.5, 0.95, 0.99):
             name = f"inferplane:{short}_seconds:p{int(quantile * 100)}_rate5m"
@@ -106,6 +111,6 @@ def slo_alerts(config: RuleConfig) -> list[Alert]:
 def slo_rule_file(config: RuleConfig) -> dict:
     return {"groups": [
         group("inferplane-slo-sli", sli_records(config)),
-        group("inferplane-latency-sli", latency_records()),
+        group("inferplane-latency-sli", latency_records(config)),
         group("inferplane-slo-alerts", [a.to_rule(config) for a in slo_alerts(config)]),
     ]}

@@ -89,6 +89,10 @@ class BlockPool:
     def usage(self) -> float:
         return 1.0 - len(self._free) / self.num_blocks
 
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._cached)
+
     def resident_hashes(self) -> list[int]:
         """Hashes of cached blocks, oldest first (copied in one C call, safe to read from
         another thread while the engine runs)."""

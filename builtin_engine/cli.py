@@ -88,11 +88,11 @@ def build_engine(config: EngineConfig):
         tokenizer, context = loaded.tokenizer, loaded.context_length
         executor = ModelRunner(config, loaded)
     config.max_model_len = min(config.max_model_len or context, context)
-    engine = AsyncEngine(config, executor, tokenizer)
+    engine = AsyncEngine(config, executor, tokenizer)  # may lower max_model_len to the KV room
     served = config.served_model_name or config.model
     print(f"[engine] {served} loaded in {time.monotonic() - started:.1f}s "
           f"({'simulated' if config.simulate else config.device})", file=sys.stderr, flush=True)
-    return engine, tokenizer, served, config.max_model_len
+    return engine, tokenizer, served, engine.max_model_len
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -38,6 +38,10 @@ class KVCacheManager:
     def resident_hashes(self) -> list[int]:
         return self.pool.resident_hashes()
 
+    @property
+    def num_resident_hashes(self) -> int:
+        return self.pool.num_cached_blocks
+
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

@@ -27,6 +27,14 @@ def _max_model_len(config: EngineConfig, executor: Executor) -> int:
     return config.sim_context_length
 
 
+def _vocab_size(executor: Executor, tokenizer) -> int | None:
+    for source in (executor, getattr(executor, "cfg", None), tokenizer):
+        value = getattr(source, "vocab_size", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def _stop_ids(tokenizer, eos_token_id: int | None) -> set[int]:
     ids: set[int] = set()
     if tokenizer is not None:
@@ -45,8 +53,15 @@ class LLMEngine:
         self.tokenizer = tokenizer
         num_gpu_blocks, num_cpu_blocks = executor.num_blocks_for(config)
         self.max_model_len = _max_model_len(config, executor)
+        capacity = num_gpu_blocks * config.block_size
+        if self.max_model_len > capacity:
+            # A longer sequence could never fit; refuse it up front instead of thrashing.
+            log.warning("max_model_len %d exceeds the KV cache (%d tokens); capping it",
+                        self.max_model_len, capacity)
+            self.max_model_len = capacity
         self.scheduler = Scheduler(config, num_gpu_blocks, num_cpu_blocks, self.max_model_len,
-                                   _stop_ids(tokenizer, eos_token_id))
+                                   _stop_ids(tokenizer, eos_token_id),
+                                   _vocab_size(executor, tokenizer))
         self.model_name = config.served_model_name or config.model
         self.metrics = EngineMetrics(self.model_name, {
             "block_size": config.block_size, "num_gpu_blocks": num_gpu_blocks,
@@ -134,7 +149,7 @@ class LLMEngine:
             "block_size": kv.block_size, "num_blocks": kv.num_blocks,
             "num_free_blocks": kv.num_free_blocks,
             "enable_prefix_caching": kv.enable_prefix_caching,
-            "num_resident_hashes": len(kv.pool._cached),
+            "num_resident_hashes": kv.num_resident_hashes,
             "resident_hashes": [format(h, "016x") for h in reversed(hashes)],  # newest first
             "hash": dict(HASH_DESCRIPTION),
         }

@@ -23,12 +23,13 @@ DEFAULT_SWAP_MAX_TOKENS = 1024
 
 class Scheduler:
     def __init__(self, config: EngineConfig, num_gpu_blocks: int, num_cpu_blocks: int,
-                 max_model_len: int, stop_token_ids: set[int] | frozenset[int] = frozenset()
-                 ) -> None:
+                 max_model_len: int, stop_token_ids: set[int] | frozenset[int] = frozenset(),
+                 vocab_size: int | None = None) -> None:
         if config.preemption_mode not in ("recompute", "swap", "auto"):
             raise ValueError(f"unknown preemption_mode {config.preemption_mode!r}")
         self.config = config
         self.max_model_len = max_model_len
+        self.vocab_size = vocab_size  # out-of-range ids are refused before they reach a batch
         self.stop_token_ids = frozenset(stop_token_ids)  # eos and friends, unless ignore_eos
         self.kv = KVCacheManager(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                  config.watermark, num_cpu_blocks)
@@ -67,6 +68,9 @@ class Scheduler:
             return "the prompt is empty"
         if max_tokens < 1:
             return f"max_tokens must be at least 1, got {max_tokens}"
+        lo, hi = min(req.prompt_token_ids), max(req.prompt_token_ids)
+        if lo < 0 or (self.vocab_size is not None and hi >= self.vocab_size):
+            return f"prompt token ids must lie in [0, {self.vocab_size}), got {lo}..{hi}"
         if n_prompt + max_tokens > self.max_model_len:
             return (f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds "
                     f"max_model_len {self.max_model_len}")

@@ -34,7 +34,7 @@ class SimulatedExecutor:
     def __init__(self, config: EngineConfig, sleep: Callable[[float], None] = time.sleep):
         self.config = config
         self.block_size = config.block_size
-        self.vocab_size = max(config.sim_vocab_size, FIRST_TOKEN_ID + 1)
+        self.output_vocab_size = max(config.sim_vocab_size, FIRST_TOKEN_ID + 1)
         self._sleep = sleep
         self._dev: list[int] = []
         self._cpu: list[int] = []
@@ -59,7 +59,8 @@ class SimulatedExecutor:
             if s.sample:
                 salt = s.params.seed if s.params.seed is not None else 0
                 h = _mix(h, self.config.seed, salt)
-                sampled[s.request_id] = FIRST_TOKEN_ID + h % (self.vocab_size - FIRST_TOKEN_ID)
+                span = self.output_vocab_size - FIRST_TOKEN_ID
+                sampled[s.request_id] = FIRST_TOKEN_ID + h % span
         cost = self.step_cost(out)
         self.num_steps += 1
         self.busy_s += cost

@@ -38,9 +38,11 @@ def _build_app(settings: Settings, sessions, snapshots):
     from gateway.app import create_gateway_app
 
     from .admin import include_admin_routers
+    from .console import mount_console
 
     app = create_gateway_app(_gateway_settings(settings), snapshots)
     include_admin_routers(app, sessions, snapshots)
+    mount_console(app)
     return app
 
 

@@ -25,7 +25,7 @@ class Principal:
     team: str | None
     role: str
     models: tuple[str, ...] | None   # None = every model
-    priority: int = 0
+    priority: str = "standard"   # high | standard | batch
     rpm_limit: int | None = None
     tpm_limit: int | None = None
     max_budget: float | None = None
@@ -64,7 +64,7 @@ def principal_from_key(snapshot, secret: str) -> Principal:
     if _expired(key.expires_at):
         raise OpenAIError(401, "API key has expired", code="invalid_api_key")
     return Principal(key_id=str(key.key_id), name=key.name, team=key.team, role=key.role or "user",
-                     models=_allowlist(key.models), priority=key.priority or 0,
+                     models=_allowlist(key.models), priority=key.priority or "standard",
                      rpm_limit=key.rpm_limit, tpm_limit=key.tpm_limit,
                      max_budget=getattr(key, "max_budget", None))
 
@@ -76,7 +76,7 @@ def principal_from_claims(claims: dict, settings) -> Principal:
     subject = str(claims.get("sub") or "anonymous")
     return Principal(key_id=f"jwt:{subject}", name=subject, team=claims.get(settings.jwt.team_claim),
                      role=role, models=_allowlist(claims.get(settings.jwt.models_claim)),
-                     priority=int(claims.get("priority") or 0),
+                     priority=str(claims.get("priority") or "standard"),
                      rpm_limit=settings.limits.rpm, tpm_limit=settings.limits.tpm)
 
 

@@ -36,6 +36,8 @@ def make_engine(url: str, **kwargs) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    # Fail fast when the server is gone: callers keep serving their last snapshot meanwhile.
+    kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 5)
     return create_engine(url, **kwargs)
 
 

@@ -80,7 +80,7 @@ class Model(Versioned, Timestamps, Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     description: Mapped[str] = mapped_column(Text, default="")
     context_length: Mapped[int | None] = mapped_column(Integer)
-    routing: Mapped[str] = mapped_column(String(50), default="least_load")
+    routing: Mapped[str | None] = mapped_column(String(50))  # None: the gateway default
     fallbacks: Mapped[list[Any]] = mapped_column(default=list)
     tier: Mapped[str] = mapped_column(String(10), default="hot")
     price_in_per_1k: Mapped[float] = mapped_column(Float, default=0.0)

@@ -24,14 +24,14 @@ LOG2E = 1.4426950408889634
 def _decode_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
                          out_ptr, part_out_ptr, part_lse_ptr, scale_log2, q_stride_t,
                          q_stride_h, out_stride_t, out_stride_h, cache_s0, cache_s1, cache_s2,
-                         table_stride, block_size, group, head_dim,
-                         NUM_SPLITS: tl.constexpr, GROUP_PAD: tl.constexpr,
+                         table_stride, block_size, group, head_dim, num_splits,
+                         SINGLE_SPLIT: tl.constexpr, GROUP_PAD: tl.constexpr,
                          BLOCK_N: tl.constexpr, D_PAD: tl.constexpr, PRECISION: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_len = tl.cdiv(seq_len, NUM_SPLITS)
+    split_len = tl.cdiv(seq_len, num_splits)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -64,33 +64,33 @@ def _decode_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_
         m_i = m_new
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    if NUM_SPLITS == 1:
+    if SINGLE_SPLIT:
         tl.store(out_ptr + seq * out_stride_t + heads[:, None] * out_stride_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:
         # natural-log lse of this split; -inf marks an empty split
-        lse = tl.where(l_i > 0, (m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0))) / 1.4426950408889634,
+        lse = tl.where(l_i > 0, (m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0))) * 0.6931471805599453,
                        float("-inf"))
-        part_row = (seq * tl.num_programs(1) * group + heads) * NUM_SPLITS + split
+        part_row = (seq * tl.num_programs(1) * group + heads) * num_splits + split
         tl.store(part_lse_ptr + part_row, lse, mask=g < group)
         tl.store(part_out_ptr + part_row[:, None] * D_PAD + d[None, :], out, mask=q_mask)
 
 
 @lazy_jit
 def _decode_reduce_kernel(part_out_ptr, part_lse_ptr, out_ptr, out_stride_t, out_stride_h,
-                          num_heads, head_dim, NUM_SPLITS: tl.constexpr,
-                          SPLITS_PAD: tl.constexpr, D_PAD: tl.constexpr):
+                          num_heads, head_dim, num_splits, SPLITS_PAD: tl.constexpr,
+                          D_PAD: tl.constexpr):
     seq = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, D_PAD)
-    base = (seq * num_heads + head) * NUM_SPLITS
-    lse = tl.load(part_lse_ptr + base + s, mask=s < NUM_SPLITS, other=float("-inf"))
+    base = (seq * num_heads + head) * num_splits
+    lse = tl.load(part_lse_ptr + base + s, mask=s < num_splits, other=float("-inf"))
     top = tl.max(lse, axis=0)
     top = tl.where(top == float("-inf"), 0.0, top)  # padded rows with no context stay finite
     weights = tl.exp(lse - top)
     parts = tl.load(part_out_ptr + (base + s)[:, None] * D_PAD + d[None, :],
-                    mask=(s < NUM_SPLITS)[:, None], other=0.0)
+                    mask=(s < num_splits)[:, None], other=0.0)
     total = tl.sum(weights, axis=0)
     out = tl.sum(parts * weights[:, None], axis=0) / tl.where(total > 0, total, 1.0)
     tl.store(out_ptr + seq * out_stride_t + head * out_stride_h + d,
@@ -131,11 +131,11 @@ def paged_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor,
                 meta.block_tables, meta.seq_lens, out, part_out, part_lse, scale * LOG2E,
                 q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0),
                 k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0), block_size,
-                group, head_dim, NUM_SPLITS=num_splits,
+                group, head_dim, num_splits, SINGLE_SPLIT=num_splits == 1,
                 GROUP_PAD=max(16, next_power_of_2(group)), BLOCK_N=block_n or 32, D_PAD=d_pad,
                 PRECISION=precision)
     if num_splits > 1:
         launch_grid(_decode_reduce_kernel, (batch, num_heads), part_out, part_lse, out,
-                    out.stride(0), out.stride(1), num_heads, head_dim, NUM_SPLITS=num_splits,
+                    out.stride(0), out.stride(1), num_heads, head_dim, num_splits,
                     SPLITS_PAD=next_power_of_2(num_splits), D_PAD=d_pad)
     return out

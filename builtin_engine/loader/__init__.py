@@ -60,6 +60,7 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     llama_config = _llama_config(source)
     tokenizer = load_tokenizer(config.model)
     model = LlamaForCausalLM(llama_config, kernels=config.resolved_kernels(),
+                             attention=config.resolved_attention_backend(),
                              device=config.device, dtype=dtype)
     model.load_weights(_weights(source, llama_config, progress))
     model.eval()

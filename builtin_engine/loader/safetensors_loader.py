@@ -22,8 +22,11 @@ def llama_config_from_hf(model_dir: Path) -> LlamaConfig:
     archs = hf.get("architectures") or []
     if hf.get("model_type") != "llama" and "LlamaForCausalLM" not in archs:
         raise ValueError(f"unsupported model_type {hf.get('model_type')!r} in {model_dir} (only llama)")
-    if hf.get("rope_scaling"):
-        raise ValueError(f"rope_scaling {hf['rope_scaling']!r} is not supported")
+    # transformers >= 5 writes rope settings under "rope_parameters".
+    rope = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"rope scaling {rope!r} is not supported")
+    theta = hf.get("rope_theta") or rope.get("rope_theta") or 10000.0
     hidden, heads = hf["hidden_size"], hf["num_attention_heads"]
     return LlamaConfig(
         hidden_size=hidden,
@@ -33,7 +36,7 @@ def llama_config_from_hf(model_dir: Path) -> LlamaConfig:
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hidden // heads,
         vocab_size=hf["vocab_size"],
-        rope_theta=float(hf.get("rope_theta", 10000.0)),
+        rope_theta=float(theta),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_position=int(hf.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),

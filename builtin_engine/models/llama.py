@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import get_ops
 from ..kernels.attention import AttentionMetadata
 
 
@@ -29,16 +30,6 @@ class LlamaConfig:
     rms_eps: float = 1e-5
     max_position: int = 2048
     tie_word_embeddings: bool = False
-
-
-def load_ops(backend: str):
-    """The kernel set for `backend`; plain torch when no kernel registry is installed."""
-    try:
-        from ..kernels import get_ops
-    except ImportError:
-        from .torch_ops import TorchOps
-        return TorchOps()
-    return get_ops(backend)
 
 
 def _weight(*shape: int, like: dict) -> nn.Parameter:
@@ -96,11 +87,11 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg: LlamaConfig, kernels: str = "torch", device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+    def __init__(self, cfg: LlamaConfig, kernels: str = "torch", attention: str | None = None,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
         super().__init__()
         self.cfg = cfg
-        self.ops = load_ops(kernels)
+        self.ops = get_ops(kernels, attention=attention)
         like = {"device": device, "dtype": dtype}
         self.embed_tokens = _weight(cfg.vocab_size, cfg.hidden_size, like=like)
         self.layers = nn.ModuleList(

@@ -15,13 +15,13 @@ from gateway.limits.window import RawResult
 class RedisRateLimiter(RateLimiter):
     """Atomic across replicas: each acquire/reconcile is one EVALSHA.
 
-    `prefix` namespaces every key; on Redis Cluster give it a hash tag (e.g. "ip:{rl}:") so all
+    `prefix` namespaces every key; on Redis Cluster keep a hash tag in it (the default has one) so all
     counters of one call live in one slot. When Redis is unreachable, `fail_mode` decides:
     "fail_open" admits (no accounting), "fail_closed" rejects with reason "unavailable". Either
     way nothing is raised to the caller, and the outage is logged once.
     """
 
-    def __init__(self, client: aioredis.Redis | str, prefix: str = "inferplane:rl:",
+    def __init__(self, client: aioredis.Redis | str, prefix: str = "inferplane:{rl}:",
                  fail_mode: FailMode = "fail_open", window_s: float = WINDOW_S,
                  bucket_s: float = BUCKET_S, clock: Callable[[], float] | None = None,
                  unavailable_retry_after_s: float = 1.0) -> None:

@@ -79,7 +79,7 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('description', sa.Text(), nullable=False),
     sa.Column('context_length', sa.Integer(), nullable=True),
-    sa.Column('routing', sa.String(length=50), nullable=False),
+    sa.Column('routing', sa.String(length=50), nullable=True),
     sa.Column('fallbacks', sa.JSON(), nullable=False),
     sa.Column('tier', sa.String(length=10), nullable=False),
     sa.Column('price_in_per_1k', sa.Float(), nullable=False),

@@ -147,6 +147,27 @@ def test_health_endpoints(stack):
     assert httpx.get(stack["base"] + "/readyz").status_code == 200
 
 
+def test_stop_string_cuts_the_text_streamed_and_not(client):
+    full = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                          max_tokens=32).choices[0].message.content
+    cut = full.index("Paris")
+    reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                           max_tokens=32, stop=["Paris"])
+    assert reply.choices[0].message.content == full[:cut]
+    assert reply.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                            max_tokens=32, stop=["Paris"], stream=True)
+    text = "".join((c.choices[0].delta.content or "") for c in stream if c.choices)
+    assert text == full[:cut]
+
+
+def test_max_completion_tokens_limits_output(client):
+    reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                           max_completion_tokens=3)
+    assert reply.usage.completion_tokens <= 3 and reply.choices[0].finish_reason == "length"
+
+
+# Runs last: it stops the shared stack.
 def test_ctrl_c_stops_everything(stack):
     proc = stack["proc"]
     engine_health = f"http://127.0.0.1:{stack['engine_port']}/health"

@@ -4,7 +4,5 @@ Triton reads TRITON_INTERPRET once, when it is first imported, so it is set here
 time, before any test module (or the kernels) can import triton.
 """
 import os
-import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-sys.path.insert(0, os.path.dirname(__file__))  # paged_case

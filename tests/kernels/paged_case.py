@@ -35,8 +35,10 @@ def make_case(seq_lens: list[int], query_lens: list[int], block_size: int, num_h
         for pos in range(s - q_len, s):
             slots.append(int(tables[i, pos // block_size]) * block_size + pos % block_size)
 
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen).to(dtype).to(device)
+    values = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):  # drawn on the target device: GPU-sized caches need no host copy
+        return torch.randn(*shape, generator=values, device=device, dtype=torch.float32).to(dtype)
 
     total = sum(query_lens)
     starts = torch.tensor([0] + query_lens).cumsum(0).to(torch.int32)

@@ -111,7 +111,7 @@ def test_store_kv(block_size, dtype):
     k_ref, v_ref = torch.randn(cache_shape).to(dtype), torch.randn(cache_shape).to(dtype)
     k_out, v_out = k_ref.clone(), v_ref.clone()
     key, value = torch.randn(4, 3, 8), torch.randn(4, 3, 8)  # fp32 rows cast into the cache
-    slots = torch.tensor([0, block_size + 2, 5 * block_size + block_size - 1, 7])
+    slots = torch.tensor([0, block_size + 2, 6 * block_size - 1, 3 * block_size + 1])
     store_kv_torch(key, value, k_ref, v_ref, slots)
     store_kv_triton(key, value, k_out, v_out, slots)
     assert torch.equal(k_out, k_ref) and torch.equal(v_out, v_ref)

@@ -1,0 +1,196 @@
+"""Runs scheduled steps on the real model: owns the KV cache, builds metadata, samples.
+
+Per-step host work is kept to a handful of tensor constructions (one per index tensor);
+everything per token is done with tensor ops, not Python loops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import torch
+
+from .config import EngineConfig
+from .executor import ScheduledRequest, SchedulerOutput
+from .kernels.attention import AttentionMetadata
+from .loader import LoadedModel, torch_dtype
+from .sampler import Sampler
+
+GIB = 1 << 30
+
+
+@dataclass
+class StepBatch:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor  # row of each sampled request's last token in the flat batch
+    sampled: list[ScheduledRequest]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel):
+        self.config = config
+        self.model = loaded.model
+        self.cfg = loaded.llama_config
+        self.device = torch.device(config.device)
+        self.dtype = torch_dtype(config.dtype)
+        self.block_size = config.block_size
+        self.eos_token_id = loaded.tokenizer.eos_token_id
+        self.sampler = Sampler(loaded.tokenizer.stop_token_ids)
+        self.generators: dict[str, torch.Generator] = {}
+        self.num_device_blocks, self.num_cpu_blocks = self._compute_num_blocks(config)
+        self.kv_caches = self._allocate(self.num_device_blocks, self.device)
+        self.cpu_caches = self._allocate(self.num_cpu_blocks, torch.device("cpu"),
+                                         pin=self.device.type == "cuda")
+
+    # ---- KV cache sizing -----------------------------------------------------------------
+    def block_bytes(self) -> int:
+        cfg = self.cfg
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * cfg.num_layers * self.block_size * cfg.num_kv_heads * cfg.head_dim * elem
+
+    def num_blocks_for(self, config: EngineConfig) -> tuple[int, int]:
+        if config is self.config:
+            return self.num_device_blocks, self.num_cpu_blocks
+        return self._compute_num_blocks(config)
+
+    def _compute_num_blocks(self, config: EngineConfig) -> tuple[int, int]:
+        per_block = self.block_bytes()
+        if config.num_blocks is not None:
+            device_blocks = config.num_blocks
+        else:
+            device_blocks = int(self._device_kv_budget(config) // per_block)
+        if device_blocks < 1:
+            raise ValueError(f"the KV cache budget holds no {config.block_size}-token block "
+                             f"({per_block} bytes each); raise the memory budget")
+        cpu_blocks = int(config.swap_space_gib * GIB // per_block)
+        return device_blocks, cpu_blocks
+
+    def _device_kv_budget(self, config: EngineConfig) -> float:
+        if self.device.type != "cuda":
+            return config.kv_cache_memory_gib * GIB
+        free, total = torch.cuda.mem_get_info(self.device)
+        used = total - free  # weights, the CUDA context and anything else on the card
+        return total * config.gpu_memory_utilization - used - self._activation_headroom(config)
+
+    def _activation_headroom(self, config: EngineConfig) -> int:
+        # One forward over max_num_batched_tokens (widest intermediates) plus sampling.
+        cfg = self.cfg
+        width = cfg.num_heads * cfg.head_dim + 2 * cfg.num_kv_heads * cfg.head_dim
+        width += 3 * cfg.intermediate_size + 4 * cfg.hidden_size
+        per_token = width * 4
+        sampling = config.max_num_seqs * cfg.vocab_size * 4 * 4
+        return config.max_num_batched_tokens * per_token + sampling + 256 * (1 << 20)
+
+    def _allocate(self, num_blocks: int, device: torch.device, pin: bool = False):
+        if num_blocks == 0:
+            return []
+        cfg = self.cfg
+        shape = (num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
+
+        def zeros():
+            t = torch.zeros(shape, dtype=self.dtype, device=device)
+            return t.pin_memory() if pin else t
+
+        return [(zeros(), zeros()) for _ in range(cfg.num_layers)]
+
+    # ---- one step ------------------------------------------------------------------------
+    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        self._swap_out(out.blocks_to_swap_out)
+        self._swap_in(out.blocks_to_swap_in)
+        self._copy_blocks(out.blocks_to_copy)
+        if not out.scheduled:
+            return {}
+        batch = self._prepare(out.scheduled)
+        with torch.inference_mode():
+            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
+            if not batch.sampled:
+                return {}
+            logits = self.model.compute_logits(hidden[batch.sample_rows])
+            tokens = self.sampler.sample(
+                logits, [r.params for r in batch.sampled],
+                [self._generator(r) for r in batch.sampled],
+                [r.num_output_tokens for r in batch.sampled], self.eos_token_id)
+        return {r.request_id: t for r, t in zip(batch.sampled, tokens)}
+
+    def release(self, request_id: str) -> None:
+        self.generators.pop(request_id, None)
+
+    def _generator(self, req: ScheduledRequest) -> torch.Generator | None:
+        if req.params.seed is None or req.params.greedy:
+            return None
+        gen = self.generators.get(req.request_id)
+        if gen is None:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(req.params.seed)
+            self.generators[req.request_id] = gen
+        return gen
+
+    def _prepare(self, reqs: list[ScheduledRequest]) -> StepBatch:
+        bs = self.block_size
+        query_lens = [len(r.token_ids) for r in reqs]
+        seq_lens = [r.start_pos + n for r, n in zip(reqs, query_lens)]
+        self._check(reqs, seq_lens)
+        blocks_needed = [-(-s // bs) for s in seq_lens]
+        width = max(blocks_needed)
+        table = [r.block_ids[:n] + [0] * (width - n) for r, n in zip(reqs, blocks_needed)]
+        block_tables = torch.tensor(table, dtype=torch.int32)
+        positions = torch.tensor(list(chain.from_iterable(
+            range(r.start_pos, s) for r, s in zip(reqs, seq_lens))), dtype=torch.int64)
+        lens = torch.tensor(query_lens, dtype=torch.int64)
+        owner = torch.repeat_interleave(torch.arange(len(reqs)), lens)
+        slots = block_tables[owner, positions // bs].long() * bs + positions % bs
+        starts = torch.zeros(len(reqs) + 1, dtype=torch.int32)
+        starts[1:] = torch.cumsum(lens, 0)
+        sampled_idx = [i for i, r in enumerate(reqs) if r.sample]
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=slots.to(dev), query_start_loc=starts.to(dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev),
+            block_tables=block_tables.to(dev), query_lens=query_lens, seq_lens_list=seq_lens,
+            max_query_len=max(query_lens), max_seq_len=max(seq_lens))
+        input_ids = torch.tensor(list(chain.from_iterable(r.token_ids for r in reqs)),
+                                 dtype=torch.int64)
+        return StepBatch(input_ids=input_ids.to(dev), positions=positions.to(dev), meta=meta,
+                         sample_rows=(starts[1:][sampled_idx] - 1).long().to(dev),
+                         sampled=[reqs[i] for i in sampled_idx])
+
+    def _check(self, reqs: list[ScheduledRequest], seq_lens: list[int]) -> None:
+        vocab, max_pos = self.cfg.vocab_size, self.cfg.max_position
+        for r, s in zip(reqs, seq_lens):
+            if not r.token_ids:
+                raise ValueError(f"request {r.request_id}: scheduled with no tokens")
+            if s > max_pos:
+                raise ValueError(f"request {r.request_id}: {s} tokens exceed the context ({max_pos})")
+            if len(r.block_ids) * self.block_size < s:
+                raise ValueError(f"request {r.request_id}: {len(r.block_ids)} blocks cannot hold {s} tokens")
+            if min(r.token_ids) < 0 or max(r.token_ids) >= vocab:
+                raise ValueError(f"request {r.request_id}: token id outside the vocabulary ({vocab})")
+
+    # ---- swap / copy ---------------------------------------------------------------------
+    def _swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self._move(pairs, self.kv_caches, self.cpu_caches)
+
+    def _swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self._move(pairs, self.cpu_caches, self.kv_caches)
+
+    def _copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self._move(pairs, self.kv_caches, self.kv_caches)
+
+    @staticmethod
+    def _move(pairs, src_caches, dst_caches) -> None:
+        if not src_caches or not dst_caches:
+            raise ValueError("block swap requested but no swap space is allocated")
+        src_dev, dst_dev = src_caches[0][0].device, dst_caches[0][0].device
+        src = torch.tensor([p[0] for p in pairs], dtype=torch.int64, device=src_dev)
+        dst = torch.tensor([p[1] for p in pairs], dtype=torch.int64, device=dst_dev)
+        # Only host->device copies may be asynchronous: a device->host result is read at once.
+        async_copy = dst_dev.type == "cuda"
+        for (src_k, src_v), (dst_k, dst_v) in zip(src_caches, dst_caches):
+            for s_cache, d_cache in ((src_k, dst_k), (src_v, dst_v)):
+                d_cache.index_copy_(0, dst, s_cache.index_select(0, src).to(
+                    dst_dev, non_blocking=async_copy))

@@ -1,0 +1,32 @@
+"""Admin REST API under /admin/v1: one router per resource, mounted on the gateway's app.
+
+Operators manage models, versions, aliases, backends, adapters and rollouts; admins also manage keys
+and teams; users get 403. Every change is audited, bumps the registry snapshot version and
+refreshes the snapshot source so the gateway routes on it at once."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+
+from . import adapters, aliases, audit, backends, keys, models, rollouts, teams, versions
+from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
+
+ROUTER_MODULES = (models, versions, aliases, adapters, backends, rollouts, keys, teams, audit)
+
+
+def build_admin_router(session_factory: sessionmaker[Session], snapshot_source) -> APIRouter:
+    ctx = AdminContext(session_factory, snapshot_source)
+    root = APIRouter(prefix=ADMIN_PREFIX)
+    for module in ROUTER_MODULES:
+        root.include_router(module.build_router(ctx))
+    return root
+
+
+def include_admin_routers(app: FastAPI, session_factory: sessionmaker[Session],
+                          snapshot_source) -> None:
+    install_admin_error_handlers(app)
+    app.include_router(build_admin_router(session_factory, snapshot_source))
+
+
+__all__ = ["ADMIN_PREFIX", "AdminContext", "build_admin_router", "include_admin_routers"]

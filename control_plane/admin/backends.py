@@ -1,0 +1,116 @@
+"""/admin/v1/backends: the engine endpoints that serve each model (and version)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import Field, HttpUrl
+from sqlalchemy import select
+
+from gateway.auth import Principal
+from registry.errors import check_row_version
+from registry.models import Backend, Model
+from registry.queries import add_backend, get_backend, get_model, get_version
+
+from .common import AdminContext, Body, Page, PageDep, Patch, expected_row_version, image, \
+    operator, paginate, with_etag
+
+State = Literal["starting", "ready", "down", "draining"]
+Tier = Literal["hot", "warm", "cold"]
+
+
+class BackendCreate(Body):
+    model: str = Field(min_length=1)
+    version: str | None = None
+    url: HttpUrl = Field(description="OpenAI base URL, e.g. http://10.0.0.5:8000/v1")
+    engine: str = Field("openai", min_length=1, max_length=50)
+    served_model: str | None = Field(None, max_length=200)
+    gpu_type: str | None = Field(None, max_length=50)
+    weight: float = Field(1.0, gt=0, le=1000)
+    tier: Tier = "hot"
+    state: State = "starting"
+    managed: bool = False
+    command: list[str] | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+
+
+class BackendPatch(Patch):
+    version: str | None = None
+    engine: str = Field(None, min_length=1, max_length=50)
+    gpu_type: str | None = Field(None, max_length=50)
+    weight: float = Field(None, gt=0, le=1000)
+    tier: Tier = None
+    state: State = None
+    command: list[str] | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+
+
+def render(backend: Backend) -> dict[str, Any]:
+    return image(backend, version=backend.version.label if backend.version else None,
+                 adapters=sorted(a.name for a in backend.adapters))
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/backends", tags=["admin: backends"])
+
+    @router.get("")
+    def list_backends(model: str | None = Query(None), state: State | None = Query(None),
+                      page: Page = PageDep, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            stmt = select(Backend).order_by(Backend.id)
+            if model is not None:
+                stmt = stmt.where(Backend.model_id == get_model(session, model).id)
+            if state is not None:
+                stmt = stmt.where(Backend.state == state)
+            return paginate(session, stmt, page, render)
+
+    @router.post("", status_code=201)
+    def create(body: BackendCreate, response: Response, who: Principal = Depends(operator)):
+        fields = body.model_dump(exclude={"model", "url", "version"})
+        with ctx.change(who, "create", "backend") as change:
+            backend = add_backend(change.session, body.model, str(body.url).rstrip("/"),
+                                  version=body.version, **fields)
+            change.resource_id, change.after = backend.id, render(backend)
+        with_etag(response, backend)
+        return change.after
+
+    @router.get("/{backend_id}")
+    def get(backend_id: int, response: Response, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            backend = get_backend(session, backend_id)
+            with_etag(response, backend)
+            return render(backend)
+
+    @router.patch("/{backend_id}")
+    def update(backend_id: int, body: BackendPatch, request: Request, response: Response,
+               who: Principal = Depends(operator)):
+        expected = expected_row_version(request, body.expected_row_version)
+        with ctx.change(who, "update", "backend") as change:
+            backend = get_backend(change.session, backend_id)
+            check_row_version(backend, expected, f"backend {backend_id}")
+            change.resource_id, change.before = backend_id, render(backend)
+            changes = body.changes()
+            if "version" in changes:
+                label = changes.pop("version")
+                model = change.session.get(Model, backend.model_id)
+                backend.version_id = get_version(change.session, model, label).id if label else None
+            for key, value in changes.items():
+                setattr(backend, key, value)
+            change.session.flush()
+            change.session.refresh(backend, ["version"])
+            change.after = render(backend)
+        with_etag(response, backend)
+        return change.after
+
+    @router.delete("/{backend_id}", status_code=204)
+    def delete(backend_id: int, request: Request, who: Principal = Depends(operator)):
+        expected = expected_row_version(request)
+        with ctx.change(who, "delete", "backend") as change:
+            backend = get_backend(change.session, backend_id)
+            check_row_version(backend, expected, f"backend {backend_id}")
+            change.resource_id, change.before = backend_id, render(backend)
+            change.session.delete(backend)
+        return Response(status_code=204)
+
+    return router

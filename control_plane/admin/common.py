@@ -1,0 +1,180 @@
+"""Shared plumbing for the admin routers: the write transaction (audit + snapshot bump +
+refresh), optimistic-concurrency headers, pagination, roles and error mapping."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request, Response
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from gateway.auth import Principal, require_role
+from gateway.errors import OpenAIError, install_error_handlers
+from registry.errors import ConflictError, InvalidError, NotFoundError, RegistryError
+from registry.queries import audit, bump_snapshot_version
+from registry.serialize import row_to_dict
+
+log = logging.getLogger("inferplane.admin")
+
+ADMIN_PREFIX = "/admin/v1"
+MAX_PAGE = 500
+
+operator = require_role("operator")  # admins pass too: roles nest
+admin = require_role("admin")
+
+
+class Body(BaseModel):
+    """Request bodies reject unknown fields, so a typo is a 400 naming it, not a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class AdminContext:
+    sessions: sessionmaker[Session]
+    snapshots: Any  # SnapshotSource: refresh(), publish()
+
+    def read(self) -> Session:
+        return self.sessions()
+
+    @contextmanager
+    def change(self, principal: Principal, action: str, resource_type: str) -> Iterator[Change]:
+        """One registry write: the caller mutates and sets change.resource_id/before/after;
+        the audit row and snapshot bump commit with it, then the snapshot is refreshed."""
+        with self.sessions.begin() as session:
+            change = Change(session)
+            yield change
+            audit(session, actor_of(principal), action, resource_type, change.resource_id,
+                  before=change.before, after=change.after)
+            change.snapshot_version = bump_snapshot_version(session)
+        self.snapshots.refresh()
+        publish = getattr(self.snapshots, "publish", None)
+        if publish is not None:
+            publish(change.snapshot_version)
+
+
+@dataclass
+class Change:
+    session: Session
+    resource_id: Any = ""
+    before: dict | None = None
+    after: dict | None = None
+    snapshot_version: int = 0
+
+
+def actor_of(principal: Principal) -> str:
+    return f"{principal.name} (key {principal.key_id}, {principal.role})"
+
+
+def image(row: Any, **extra: Any) -> dict[str, Any]:
+    """The JSON form of a row, used both in responses and as an audit before/after image."""
+    data = row_to_dict(row)
+    data.update(extra)
+    return data
+
+
+# --- optimistic concurrency -------------------------------------------------------------
+
+def expected_row_version(request: Request, body_value: int | None = None) -> int | None:
+    """If-Match ("3", W/"3" or 3) or the body's expected_row_version; None = unconditional."""
+    header = request.headers.get("if-match")
+    if header is None or header.strip() == "*":
+        return body_value
+    raw = header.strip().removeprefix("W/").strip('"')
+    if not raw.isdigit():
+        raise OpenAIError(400, f"If-Match must be a row version such as \"3\", got {header!r}",
+                          param="If-Match", code="invalid_if_match")
+    value = int(raw)
+    if body_value is not None and body_value != value:
+        raise OpenAIError(400, "If-Match and expected_row_version disagree",
+                          param="expected_row_version", code="invalid_if_match")
+    return value
+
+
+def with_etag(response: Response, row: Any) -> None:
+    response.headers["ETag"] = f'"{row.row_version}"'
+
+
+# --- pagination -------------------------------------------------------------------------
+
+@dataclass
+class Page:
+    limit: int
+    offset: int
+
+
+def page_params(limit: int = Query(100, ge=1, le=MAX_PAGE),
+                offset: int = Query(0, ge=0)) -> Page:
+    return Page(limit, offset)
+
+
+def paginate(session: Session, stmt, page: Page, render) -> dict[str, Any]:
+    total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery()))
+    rows = session.scalars(stmt.limit(page.limit).offset(page.offset)).all()
+    return {"object": "list", "data": [render(r) for r in rows], "total": total,
+            "limit": page.limit, "offset": page.offset,
+            "has_more": page.offset + len(rows) < total}
+
+
+PageDep = Depends(page_params)
+
+
+# --- error mapping ----------------------------------------------------------------------
+
+_STATUS = {NotFoundError: 404, ConflictError: 409, InvalidError: 400}
+
+
+def _registry_error(_: Request, exc: RegistryError) -> Response:
+    status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
+    kind = "conflict_error" if status == 409 else None
+    return OpenAIError(status, exc.message, type=kind, param=exc.param, code=exc.code).response()
+
+
+def _stale(_: Request, exc: StaleDataError) -> Response:
+    return OpenAIError(409, "the resource was modified concurrently; re-read and retry",
+                       type="conflict_error", code="row_version_mismatch").response()
+
+
+def _integrity(_: Request, exc: IntegrityError) -> Response:
+    # Reached when two requests race past the existence checks; the database decides.
+    log.info("integrity conflict: %s", exc.orig)
+    return OpenAIError(409, "conflicting concurrent change (duplicate or dangling reference); "
+                       "re-read and retry", type="conflict_error", code="conflict").response()
+
+
+def _operational(_: Request, exc: OperationalError) -> Response:
+    log.warning("registry database error: %s", exc.orig)
+    return OpenAIError(503, "registry database unavailable; retry shortly",
+                       code="database_unavailable", headers={"Retry-After": "1"}).response()
+
+
+def install_admin_error_handlers(app: FastAPI) -> None:
+    if OpenAIError not in app.exception_handlers:
+        install_error_handlers(app)
+    app.add_exception_handler(RegistryError, _registry_error)
+    app.add_exception_handler(StaleDataError, _stale)
+    app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(OperationalError, _operational)
+
+
+# --- request bodies ---------------------------------------------------------------------
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # no "/" (paths) and no ":" (model:alias)
+
+
+class Patch(Body):
+    """PATCH bodies: only the fields sent are changed. Fields default to None without being
+    Optional, so an explicit null for a required column is rejected by validation."""
+
+    expected_row_version: int | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True, exclude={"expected_row_version"})

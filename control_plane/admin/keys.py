@@ -1,0 +1,136 @@
+"""/admin/v1/keys: API keys. The secret is returned once, by create and rotate; it is stored
+only as a hash, so list and get cannot show it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import Field, model_validator
+from sqlalchemy import select
+
+from gateway.auth import Principal
+from registry.access_queries import create_key, get_key, revoke_key, rotate_key
+from registry.errors import check_row_version
+from registry.models import ApiKey
+
+from .common import AdminContext, Body, Page, PageDep, Patch, admin, expected_row_version, \
+    image, paginate, with_etag
+
+Role = Literal["admin", "operator", "user"]
+Priority = Literal["high", "standard", "batch"]
+
+
+class KeyCreate(Body):
+    name: str = Field(min_length=1, max_length=200)
+    role: Role = "user"
+    team: str | None = Field(None, min_length=1, max_length=200)
+    models: list[str] | None = Field(None, description="allowed models; null = all")
+    rpm_limit: int | None = Field(None, ge=1)
+    tpm_limit: int | None = Field(None, ge=1)
+    max_budget: float | None = Field(None, ge=0)
+    priority: Priority = "standard"
+    expires_at: datetime | None = None
+    expires_in_s: int | None = Field(None, ge=1)
+    secret: str | None = Field(None, description="import a known secret instead of generating")
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> KeyCreate:
+        if self.expires_at is not None and self.expires_in_s is not None:
+            raise ValueError("give expires_at or expires_in_s, not both")
+        if self.expires_at is not None and self.expires_at.tzinfo is None:
+            self.expires_at = self.expires_at.replace(tzinfo=timezone.utc)
+        return self
+
+    def expiry(self) -> datetime | None:
+        if self.expires_in_s is not None:
+            return datetime.now(timezone.utc) + timedelta(seconds=self.expires_in_s)
+        return self.expires_at
+
+
+class KeyPatch(Patch):
+    name: str = Field(None, min_length=1, max_length=200)
+    role: Role = None
+    team: str | None = Field(None, min_length=1, max_length=200)
+    models: list[str] | None = None
+    rpm_limit: int | None = Field(None, ge=1)
+    tpm_limit: int | None = Field(None, ge=1)
+    max_budget: float | None = Field(None, ge=0)
+    priority: Priority = None
+    expires_at: datetime | None = None
+
+
+class KeyRotate(Body):
+    secret: str | None = None
+
+
+def render(key: ApiKey) -> dict[str, Any]:
+    return image(key, revoked=key.revoked_at is not None)
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/keys", tags=["admin: keys"])
+
+    @router.get("")
+    def list_keys(team: str | None = Query(None), include_revoked: bool = Query(False),
+                  page: Page = PageDep, _: Principal = Depends(admin)):
+        with ctx.read() as session:
+            stmt = select(ApiKey).order_by(ApiKey.id)
+            if team is not None:
+                stmt = stmt.where(ApiKey.team == team)
+            if not include_revoked:
+                stmt = stmt.where(ApiKey.revoked_at.is_(None))
+            return paginate(session, stmt, page, render)
+
+    @router.post("", status_code=201)
+    def create(body: KeyCreate, response: Response, who: Principal = Depends(admin)):
+        fields = body.model_dump(exclude={"expires_at", "expires_in_s", "secret", "name"})
+        with ctx.change(who, "create", "api_key") as change:
+            key, secret = create_key(change.session, body.name, expires_at=body.expiry(),
+                                     secret=body.secret, **fields)
+            change.resource_id, change.after = key.id, render(key)
+        with_etag(response, key)
+        return {**change.after, "secret": secret}
+
+    @router.get("/{key_id}")
+    def get(key_id: int, response: Response, _: Principal = Depends(admin)):
+        with ctx.read() as session:
+            key = get_key(session, key_id)
+            with_etag(response, key)
+            return render(key)
+
+    @router.patch("/{key_id}")
+    def update(key_id: int, body: KeyPatch, request: Request, response: Response,
+               who: Principal = Depends(admin)):
+        expected = expected_row_version(request, body.expected_row_version)
+        with ctx.change(who, "update", "api_key") as change:
+            key = get_key(change.session, key_id)
+            check_row_version(key, expected, f"API key {key_id}")
+            change.resource_id, change.before = key_id, render(key)
+            for field, value in body.changes().items():
+                setattr(key, field, value)
+            change.session.flush()
+            change.after = render(key)
+        with_etag(response, key)
+        return change.after
+
+    @router.post("/{key_id}/revoke")
+    def revoke(key_id: int, who: Principal = Depends(admin)):
+        with ctx.change(who, "revoke", "api_key") as change:
+            key = get_key(change.session, key_id)
+            change.resource_id, change.before = key_id, render(key)
+            revoke_key(change.session, key_id)
+            change.after = render(key)
+        return change.after
+
+    @router.post("/{key_id}/rotate")
+    def rotate(key_id: int, body: KeyRotate | None = None, who: Principal = Depends(admin)):
+        with ctx.change(who, "rotate", "api_key") as change:
+            key = get_key(change.session, key_id)
+            change.resource_id, change.before = key_id, render(key)
+            key, secret = rotate_key(change.session, key_id, body.secret if body else None)
+            change.after = render(key)
+        return {**change.after, "secret": secret}
+
+    return router

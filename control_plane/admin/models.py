@@ -1,0 +1,109 @@
+"""/admin/v1/models: the models clients ask for by name."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gateway.auth import Principal
+from registry.errors import InvalidError, check_row_version
+from registry.models import Model
+from registry.queries import create_model, get_model
+
+from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, expected_row_version, \
+    image, operator, paginate, with_etag
+
+Tier = Literal["hot", "warm", "cold"]
+# The gateway's routing strategies (gateway/routing/router.py); null = the configured default.
+Routing = Literal["round_robin", "least_loaded", "p2c", "weighted", "prefix_aware",
+                  "lora_affinity", "session_affinity"]
+
+
+class ModelCreate(Body):
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+    description: str = Field("", max_length=10_000)
+    context_length: int | None = Field(None, gt=0)
+    routing: Routing | None = None
+    fallbacks: list[str] = Field(default_factory=list, max_length=20)
+    tier: Tier = "hot"
+    price_in_per_1k: float = Field(0.0, ge=0)
+    price_out_per_1k: float = Field(0.0, ge=0)
+
+
+class ModelPatch(Patch):
+    description: str = Field(None, max_length=10_000)
+    context_length: int | None = Field(None, gt=0)
+    routing: Routing | None = None
+    fallbacks: list[str] = Field(None, max_length=20)
+    tier: Tier = None
+    price_in_per_1k: float = Field(None, ge=0)
+    price_out_per_1k: float = Field(None, ge=0)
+
+
+def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:
+    if name in fallbacks:
+        raise InvalidError(f"model '{name}' cannot fall back to itself", param="fallbacks")
+    known = set(session.scalars(select(Model.name).where(Model.name.in_(fallbacks))))
+    missing = [f for f in fallbacks if f not in known]
+    if missing:
+        raise InvalidError(f"unknown fallback model(s): {', '.join(missing)}", param="fallbacks")
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/models", tags=["admin: models"])
+
+    @router.get("")
+    def list_models(page: Page = PageDep, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            return paginate(session, select(Model).order_by(Model.name), page, image)
+
+    @router.post("", status_code=201)
+    def create(body: ModelCreate, response: Response, who: Principal = Depends(operator)):
+        with ctx.change(who, "create", "model") as change:
+            check_fallbacks(change.session, body.name, body.fallbacks)
+            model = create_model(change.session, **body.model_dump())
+            change.resource_id, change.after = model.name, image(model)
+        with_etag(response, model)
+        return change.after
+
+    @router.get("/{name}")
+    def get(name: str, response: Response, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            model = get_model(session, name)
+            with_etag(response, model)
+            return image(model, versions=[v.label for v in model.versions],
+                         aliases={a.name: a.version.label for a in model.aliases})
+
+    @router.patch("/{name}")
+    def update(name: str, body: ModelPatch, request: Request, response: Response,
+               who: Principal = Depends(operator)):
+        expected = expected_row_version(request, body.expected_row_version)
+        with ctx.change(who, "update", "model") as change:
+            model = get_model(change.session, name)
+            check_row_version(model, expected, f"model '{name}'")
+            change.resource_id, change.before = name, image(model)
+            changes = body.changes()
+            if "fallbacks" in changes:
+                check_fallbacks(change.session, name, changes["fallbacks"])
+            for key, value in changes.items():
+                setattr(model, key, value)
+            change.session.flush()
+            change.after = image(model)
+        with_etag(response, model)
+        return change.after
+
+    @router.delete("/{name}", status_code=204)
+    def delete(name: str, request: Request, who: Principal = Depends(operator)):
+        expected = expected_row_version(request)
+        with ctx.change(who, "delete", "model") as change:
+            model = get_model(change.session, name)
+            check_row_version(model, expected, f"model '{name}'")
+            change.resource_id, change.before = name, image(model)
+            change.session.delete(model)
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,81 @@
+"""/admin/v1/teams: team-wide limits and budgets (keys name their team)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import Field
+from sqlalchemy import func, select
+
+from gateway.auth import Principal
+from registry.access_queries import create_team, get_team
+from registry.errors import check_row_version
+from registry.models import ApiKey, Team
+
+from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
+    expected_row_version, image, paginate, with_etag
+
+
+class TeamCreate(Body):
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+    rpm_limit: int | None = Field(None, ge=1)
+    tpm_limit: int | None = Field(None, ge=1)
+    max_budget: float | None = Field(None, ge=0)
+
+
+class TeamPatch(Patch):
+    rpm_limit: int | None = Field(None, ge=1)
+    tpm_limit: int | None = Field(None, ge=1)
+    max_budget: float | None = Field(None, ge=0)
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/teams", tags=["admin: teams"])
+
+    @router.get("")
+    def list_teams(page: Page = PageDep, _: Principal = Depends(admin)):
+        with ctx.read() as session:
+            return paginate(session, select(Team).order_by(Team.name), page, image)
+
+    @router.post("", status_code=201)
+    def create(body: TeamCreate, response: Response, who: Principal = Depends(admin)):
+        with ctx.change(who, "create", "team") as change:
+            team = create_team(change.session, **body.model_dump())
+            change.resource_id, change.after = team.name, image(team)
+        with_etag(response, team)
+        return change.after
+
+    @router.get("/{name}")
+    def get(name: str, response: Response, _: Principal = Depends(admin)):
+        with ctx.read() as session:
+            team = get_team(session, name)
+            keys = session.scalar(select(func.count()).where(
+                ApiKey.team == name, ApiKey.revoked_at.is_(None)))
+            with_etag(response, team)
+            return image(team, active_keys=keys)
+
+    @router.patch("/{name}")
+    def update(name: str, body: TeamPatch, request: Request, response: Response,
+               who: Principal = Depends(admin)):
+        expected = expected_row_version(request, body.expected_row_version)
+        with ctx.change(who, "update", "team") as change:
+            team = get_team(change.session, name)
+            check_row_version(team, expected, f"team '{name}'")
+            change.resource_id, change.before = name, image(team)
+            for field, value in body.changes().items():
+                setattr(team, field, value)
+            change.session.flush()
+            change.after = image(team)
+        with_etag(response, team)
+        return change.after
+
+    @router.delete("/{name}", status_code=204)
+    def delete(name: str, request: Request, who: Principal = Depends(admin)):
+        expected = expected_row_version(request)
+        with ctx.change(who, "delete", "team") as change:
+            team = get_team(change.session, name)
+            check_row_version(team, expected, f"team '{name}'")
+            change.resource_id, change.before = name, image(team)
+            change.session.delete(team)
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,103 @@
+"""/admin/v1/models/{name}/versions: the artefacts a model name can be served from."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import Field
+from sqlalchemy import select
+
+from gateway.auth import Principal
+from registry.errors import check_row_version
+from registry.models import ModelVersion
+from registry.queries import add_version, get_model, get_version
+
+from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, expected_row_version, \
+    image, operator, paginate, with_etag
+
+Status = Literal["registered", "ready", "deprecated", "archived"]
+
+
+class VersionCreate(Body):
+    version: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
+    kind: Literal["full", "lora"] = "full"
+    base_version: str | None = None
+    source_uri: str | None = Field(None, max_length=2000)
+    engine: str | None = Field(None, max_length=50)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    precision: str | None = Field(None, max_length=20)
+    checksum: str | None = Field(None, max_length=128)
+    status: Status = "registered"
+
+
+class VersionPatch(Patch):
+    source_uri: str | None = Field(None, max_length=2000)
+    engine: str | None = Field(None, max_length=50)
+    engine_args: dict[str, Any] = None
+    precision: str | None = Field(None, max_length=20)
+    checksum: str | None = Field(None, max_length=128)
+    status: Status = None
+
+
+def render(version: ModelVersion) -> dict[str, Any]:
+    base = version.base_version.label if version.base_version else None
+    return image(version, version=version.label, base_version=base)
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/models/{name}/versions", tags=["admin: versions"])
+
+    @router.get("")
+    def list_versions(name: str, page: Page = PageDep, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            model = get_model(session, name)
+            stmt = select(ModelVersion).where(ModelVersion.model_id == model.id) \
+                .order_by(ModelVersion.id)
+            return paginate(session, stmt, page, render)
+
+    @router.post("", status_code=201)
+    def create(name: str, body: VersionCreate, response: Response,
+               who: Principal = Depends(operator)):
+        with ctx.change(who, "create", "model_version") as change:
+            model = get_model(change.session, name)
+            fields = body.model_dump(exclude={"version", "kind", "base_version"})
+            version = add_version(change.session, model, body.version, kind=body.kind,
+                                  base_version=body.base_version, **fields)
+            change.resource_id, change.after = f"{name}/{body.version}", render(version)
+        with_etag(response, version)
+        return change.after
+
+    @router.get("/{version}")
+    def get(name: str, version: str, response: Response, _: Principal = Depends(operator)):
+        with ctx.read() as session:
+            row = get_version(session, get_model(session, name), version)
+            with_etag(response, row)
+            return render(row)
+
+    @router.patch("/{version}")
+    def update(name: str, version: str, body: VersionPatch, request: Request,
+               response: Response, who: Principal = Depends(operator)):
+        expected = expected_row_version(request, body.expected_row_version)
+        with ctx.change(who, "update", "model_version") as change:
+            row = get_version(change.session, get_model(change.session, name), version)
+            check_row_version(row, expected, f"version '{version}'")
+            change.resource_id, change.before = f"{name}/{version}", render(row)
+            for key, value in body.changes().items():
+                setattr(row, key, value)
+            change.session.flush()
+            change.after = render(row)
+        with_etag(response, row)
+        return change.after
+
+    @router.delete("/{version}", status_code=204)
+    def delete(name: str, version: str, request: Request, who: Principal = Depends(operator)):
+        expected = expected_row_version(request)
+        with ctx.change(who, "delete", "model_version") as change:
+            row = get_version(change.session, get_model(change.session, name), version)
+            check_row_version(row, expected, f"version '{version}'")
+            change.resource_id, change.before = f"{name}/{version}", render(row)
+            change.session.delete(row)
+        return Response(status_code=204)
+
+    return router

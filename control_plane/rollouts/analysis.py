@@ -1,0 +1,100 @@
+"""One measurement: the candidate's traffic over an interval against the stable version's.
+
+Inputs are deltas between two scrapes of the gateway's per-version metrics, so both sides
+saw the same clock window. A side with fewer than `min_requests` makes the measurement
+inconclusive (never a pass: too little traffic proves nothing). P95s come from histogram
+buckets the way Prometheus' histogram_quantile computes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .metrics_source import Scrape, VersionCounts
+from .spec import Analysis, ErrorRateRatio
+
+Verdict = Literal["pass", "fail", "inconclusive"]
+
+
+@dataclass
+class Check:
+    name: str
+    candidate: float | None
+    stable: float | None
+    limit: float | None
+    ok: bool
+
+
+@dataclass
+class Measurement:
+    verdict: Verdict
+    message: str
+    candidate_requests: float
+    stable_requests: float
+    interval_s: float
+    checks: list[Check] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure(delta: Scrape, model: str, stable: str, candidate: str, spec: Analysis,
+            interval_s: float) -> Measurement:
+    cand, base = delta.get(model, candidate), delta.get(model, stable)
+    short = [f"{name} '{version}' served {int(side.requests)} requests"
+             for name, version, side in (("candidate", candidate, cand),
+                                         ("stable", stable, base))
+             if side.requests < spec.min_requests]
+    if short:
+        message = "; ".join(short) + f", fewer than min_requests={spec.min_requests}"
+        return Measurement("inconclusive", message, cand.requests, base.requests, interval_s)
+    checks = _checks(cand, base, spec)
+    failed = [c for c in checks if not c.ok]
+    verdict: Verdict = "fail" if failed else "pass"
+    message = "; ".join(_describe(c) for c in failed) if failed else \
+        f"{len(checks)} checks passed"
+    return Measurement(verdict, message, cand.requests, base.requests, interval_s, checks)
+
+
+def _checks(cand: VersionCounts, base: VersionCounts, spec: Analysis) -> list[Check]:
+    checks = []
+    if spec.max_error_rate is not None:
+        checks.append(_error_rate(cand, base, spec.max_error_rate))
+    if spec.max_p95_latency_ratio is not None:
+        checks.append(_p95_ratio("p95_latency_s", cand.duration.quantile(0.95),
+                                 base.duration.quantile(0.95), spec.max_p95_latency_ratio))
+    if spec.max_ttft_p95_ratio is not None:
+        checks.append(_p95_ratio("ttft_p95_s", cand.ttft.quantile(0.95),
+                                 base.ttft.quantile(0.95), spec.max_ttft_p95_ratio))
+    return checks
+
+
+def _error_rate(cand: VersionCounts, base: VersionCounts,
+                limit: float | ErrorRateRatio) -> Check:
+    if isinstance(limit, ErrorRateRatio):
+        # A stable side with no errors would make any candidate error an infinite ratio;
+        # count it as having one error, the smallest rate this interval can resolve.
+        floor = 1.0 / base.requests
+        allowed = limit.ratio_to_stable * max(base.error_rate, floor)
+    else:
+        allowed = limit
+    return Check("error_rate", cand.error_rate, base.error_rate, allowed,
+                 cand.error_rate <= allowed)
+
+
+def _p95_ratio(name: str, cand: float | None, base: float | None, ratio: float) -> Check:
+    if cand is None or base is None:
+        # No observations of this histogram on a side (e.g. no streamed requests, no TTFT):
+        # nothing to compare, so this check cannot fail the candidate.
+        return Check(name, cand, base, None, True)
+    allowed = ratio * base
+    return Check(name, cand, base, allowed, cand <= allowed)
+
+
+def _describe(check: Check) -> str:
+    return (f"{check.name} {check.candidate:.4g} exceeds {check.limit:.4g} "
+            f"(stable {check.stable:.4g})")
+
+
+__all__ = ["Check", "Measurement", "measure"]

@@ -1,0 +1,206 @@
+"""The gateway's own per-version metrics, scraped and reduced to cumulative counts.
+
+A `Scrape` maps (model, version) to `VersionCounts`: requests, 5xx errors and the latency
+and TTFT histograms, all cumulative since each gateway started. Analysis never looks at a
+single scrape, only at `Scrape.since(earlier)` — the traffic of one interval. Several gateway
+replicas are summed; a replica that restarted (a counter went down) contributes its new
+total rather than a negative delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+REQUESTS = "inferplane_requests_total"
+DURATION = "inferplane_request_duration_seconds"
+TTFT = "inferplane_time_to_first_token_seconds"
+SCRAPE_TIMEOUT_S = 5.0
+
+Key = tuple[str, str]  # (model, version)
+
+
+class MetricsUnavailable(Exception):
+    """A gateway did not answer: a partial sum would read as a counter reset, so no data."""
+
+
+@dataclass
+class Histogram:
+    buckets: dict[float, float] = field(default_factory=dict)  # upper bound → cumulative count
+    count: float = 0.0
+    total: float = 0.0
+
+    def add(self, other: Histogram) -> None:
+        for bound, n in other.buckets.items():
+            self.buckets[bound] = self.buckets.get(bound, 0.0) + n
+        self.count += other.count
+        self.total += other.total
+
+    def since(self, earlier: Histogram) -> Histogram:
+        if self.count < earlier.count:  # restarted: everything it has is new
+            return Histogram(dict(self.buckets), self.count, self.total)
+        return Histogram({b: n - earlier.buckets.get(b, 0.0) for b, n in self.buckets.items()},
+                         self.count - earlier.count, self.total - earlier.total)
+
+    def count_at_most(self, value: float) -> float:
+        """Observations ≤ value, interpolated linearly inside the bucket holding value."""
+        lower, below = 0.0, 0.0
+        for bound in sorted(self.buckets):
+            upto = self.buckets[bound]
+            if value <= bound:
+                if math.isinf(bound):
+                    return below
+                share = (value - lower) / (bound - lower) if bound > lower else 1.0
+                return below + (upto - below) * share
+            lower, below = bound, upto
+        return below
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' histogram_quantile: linear inside the bucket; the +Inf bucket reports
+        the highest finite bound. None without observations."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        finite = [b for b in sorted(self.buckets) if not math.isinf(b)]
+        for bound in finite:
+            upto = self.buckets[bound]
+            if upto >= rank:
+                inside = upto - below
+                return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+            lower, below = bound, upto
+        return finite[-1] if finite else None
+
+
+@dataclass
+class VersionCounts:
+    requests: float = 0.0
+    errors: float = 0.0  # status code 5xx
+    duration: Histogram = field(default_factory=Histogram)
+    ttft: Histogram = field(default_factory=Histogram)
+
+    def add(self, other: VersionCounts) -> None:
+        self.requests += other.requests
+        self.errors += other.errors
+        self.duration.add(other.duration)
+        self.ttft.add(other.ttft)
+
+    def since(self, earlier: VersionCounts) -> VersionCounts:
+        if self.requests < earlier.requests:
+            return VersionCounts(self.requests, self.errors, self.duration.since(Histogram()),
+                                 self.ttft.since(Histogram()))
+        return VersionCounts(self.requests - earlier.requests,
+                             max(self.errors - earlier.errors, 0.0),
+                             self.duration.since(earlier.duration), self.ttft.since(earlier.ttft))
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+@dataclass
+class Scrape:
+    taken_at: float
+    series: dict[Key, VersionCounts] = field(default_factory=dict)
+
+    def get(self, model: str, version: str) -> VersionCounts:
+        return self.series.get((model, version), VersionCounts())
+
+    def model_total(self, model: str) -> VersionCounts:
+        total = VersionCounts()
+        for (name, _), counts in self.series.items():
+            if name == model:
+                total.add(counts)
+        return total
+
+    def merge(self, other: Scrape) -> None:
+        for key, counts in other.series.items():
+            self.series.setdefault(key, VersionCounts()).add(counts)
+
+    def since(self, earlier: Scrape) -> Scrape:
+        return Scrape(self.taken_at, {key: counts.since(earlier.series.get(key, VersionCounts()))
+                                      for key, counts in self.series.items()})
+
+
+def parse_metrics(text: str, taken_at: float | None = None) -> Scrape:
+    """Prometheus text exposition → Scrape (other metrics are ignored)."""
+    scrape = Scrape(time.time() if taken_at is None else taken_at)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            _absorb(scrape, sample.name, sample.labels, sample.value)
+    return scrape
+
+
+def _absorb(scrape: Scrape, name: str, labels: dict[str, str], value: float) -> None:
+    if "model" not in labels:
+        return
+    counts = scrape.series.setdefault((labels["model"], labels.get("version", "")),
+                                      VersionCounts())
+    if name == REQUESTS:
+        counts.requests += value
+        if labels.get("code", "").startswith("5"):
+            counts.errors += value
+        return
+    for prefix, histogram in ((DURATION, counts.duration), (TTFT, counts.ttft)):
+        if name == prefix + "_bucket":
+            bound = float(labels["le"])
+            histogram.buckets[bound] = histogram.buckets.get(bound, 0.0) + value
+        elif name == prefix + "_count":
+            histogram.count += value
+        elif name == prefix + "_sum":
+            histogram.total += value
+
+
+class MetricsSource:
+    """Scrapes one or more gateway /metrics URLs and sums them."""
+
+    def __init__(self, urls: Iterable[str], *, client: httpx.AsyncClient | None = None,
+                 timeout_s: float = SCRAPE_TIMEOUT_S):
+        self.urls = list(urls)
+        if not self.urls:
+            raise ValueError("MetricsSource needs at least one gateway /metrics URL")
+        self._client = client
+        self.timeout_s = timeout_s
+
+    async def scrape(self) -> Scrape:
+        owned = self._client is None
+        client = self._client or httpx.AsyncClient(timeout=self.timeout_s)
+        try:
+            texts = await asyncio.gather(*(self._fetch(client, url) for url in self.urls))
+        finally:
+            if owned:
+                await client.aclose()
+        total = Scrape(time.time())
+        for text in texts:
+            total.merge(parse_metrics(text, total.taken_at))
+        return total
+
+    async def _fetch(self, client: httpx.AsyncClient, url: str) -> str:
+        try:
+            response = await client.get(url)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise MetricsUnavailable(f"scraping {url} failed: {exc!r}") from exc
+        return response.text
+
+
+class RegistryMetricsSource:
+    """A prometheus-client registry read in-process through the same text parser (an
+    embedded gateway sharing the control plane's process, and tests)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    async def scrape(self) -> Scrape:
+        return parse_metrics(generate_latest(self.registry).decode())
+
+
+__all__ = ["Histogram", "MetricsSource", "MetricsUnavailable", "RegistryMetricsSource", "Scrape",
+           "VersionCounts", "parse_metrics"]

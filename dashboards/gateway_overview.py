@@ -1,0 +1,132 @@
+"""Gateway overview: traffic, errors, latency, token latency, admission and backends."""
+from __future__ import annotations
+
+from grafana import RATE, dashboard, query_variable, quantiles, stat, target, timeseries
+
+SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
+SEL_NO_MODEL = 'job=~"$job", instance=~"$instance"'
+
+
+def variables() -> list[dict]:
+    return [
+        query_variable("job", "Job", "label_values(inferplane_requests_total, job)",
+                       default="inferplane-gateway", multi=False),
+        query_variable("instance", "Instance",
+                       'label_values(inferplane_requests_total{job=~"$job"}, instance)'),
+        query_variable("model", "Model",
+                       'label_values(inferplane_requests_total{job=~"$job"}, model)'),
+    ]
+
+
+def rate_sum(metric: str, by: str, selector: str = SEL) -> str:
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{RATE}]))"
+
+
+def traffic_panels() -> list[dict]:
+    errors = f'sum by (model) (rate(inferplane_requests_total{{{SEL}, code=~"5.."}}[{RATE}]))'
+    return [
+        stat("Requests per second", "All requests answered by the selected gateways.", "reqps",
+             [target(f"sum(rate(inferplane_requests_total{{{SEL}}}[{RATE}]))")]),
+        stat("5xx ratio", "Share of responses with a 5xx status (the availability SLI).",
+             "percentunit",
+             [target(f'sum(rate(inferplane_requests_total{{{SEL}, code=~"5.."}}[{RATE}])) / '
+                     f"sum(rate(inferplane_requests_total{{{SEL}}}[{RATE}]))")],
+             thresholds=[(0, "green"), (0.001, "orange"), (0.01, "red")]),
+        stat("In-flight requests", "Requests currently being served upstream.", "short",
+             [target(f"sum(inferplane_inflight_requests{{{SEL}}})")]),
+        stat("Queued requests", "Requests waiting in the admission queues.", "short",
+             [target(f"sum(inferplane_queue_depth{{{SEL}}})")],
+             thresholds=[(0, "green"), (10, "orange"), (50, "red")]),
+        timeseries("Requests per second by model", "Request rate per model, all status codes.",
+                   "reqps", [target(rate_sum("inferplane_requests_total", "model"), "{{model}}")]),
+        timeseries("Responses by status code", "Response rate split by HTTP status code.", "reqps",
+                   [target(rate_sum("inferplane_requests_total", "code"), "{{code}}")], stack=True),
+        timeseries("5xx ratio by model", "Share of 5xx responses per model.", "percentunit",
+                   [target(f"{errors} / {rate_sum('inferplane_requests_total', 'model')}",
+                           "{{model}}")], min_value=0),
+        timeseries("Tokens per second", "Prompt and completion tokens processed per second.",
+                   "suffix: tok/s",
+                   [target(rate_sum("inferplane_tokens_total", "kind"), "{{kind}}")], stack=True),
+    ]
+
+
+def latency_panels() -> list[dict]:
+    return [
+        timeseries("Request latency", "End-to-end request duration quantiles (P50/P95/P99).", "s",
+                   quantiles("inferplane_request_duration_seconds", SEL)),
+        timeseries("Time to first token", "TTFT quantiles: queueing plus prefill until the first "
+                   "streamed token.", "s", quantiles("inferplane_time_to_first_token_seconds", SEL)),
+        timeseries("Time per output token", "TPOT quantiles: decode time per generated token "
+                   "after the first.", "s",
+                   quantiles("inferplane_time_per_output_token_seconds", SEL)),
+        timeseries("Inter-token latency P95 by model", "95th percentile gap between streamed "
+                   "tokens as seen by clients.", "s",
+                   quantiles("inferplane_inter_token_latency_seconds", SEL, "model", qs=(0.95,))),
+        timeseries("Latency P95 by version", "Request duration P95 per model version.", "s",
+                   quantiles("inferplane_request_duration_seconds", SEL, "model, version",
+                             qs=(0.95,))),
+    ]
+
+
+def admission_panels() -> list[dict]:
+    return [
+        timeseries("Rejections by reason", "Requests refused before reaching a backend "
+                   "(rate limits, budget, full queue, timeouts).", "reqps",
+                   [target(rate_sum("inferplane_rejections_total", "reason"), "{{reason}}")],
+                   stack=True),
+        timeseries("Queue depth by priority", "Requests waiting in the admission queue per "
+                   "priority class.", "short",
+                   [target(f"sum by (priority) (inferplane_queue_depth{{{SEL}}})",
+                           "{{priority}}")], stack=True),
+        timeseries("Queue wait P95 by priority", "95th percentile time spent in the admission "
+                   "queue.", "s",
+                   quantiles("inferplane_queue_wait_seconds", SEL, "priority", qs=(0.95,))),
+        timeseries("Spend per hour by team", "Estimated spend rate in USD per hour.",
+                   "currencyUSD",
+                   [target(f"{rate_sum('inferplane_spend_usd_total', 'team')} * 3600",
+                           "{{team}}")], stack=True),
+    ]
+
+
+def backend_panels() -> list[dict]:
+    breaker = {0: ("closed", "green"), 1: ("half-open", "orange"), 2: ("open", "red")}
+    return [
+        timeseries("In-flight requests by backend", "Requests in progress on each backend.",
+                   "short", [target(f"sum by (backend) (inferplane_inflight_requests{{{SEL}}})",
+                                    "{{backend}}")]),
+        timeseries("Routing decisions", "Backends picked by the router, per strategy.", "ops",
+                   [target(rate_sum("inferplane_routing_decisions_total", "strategy, backend"),
+                           "{{strategy}} → {{backend}}")], stack=True),
+        timeseries("Upstream errors by backend", "Errors returned by or while talking to "
+                   "backends, by kind.", "ops",
+                   [target(rate_sum("inferplane_upstream_errors_total", "backend, kind"),
+                           "{{backend}} {{kind}}")]),
+        timeseries("Retries and fallbacks", "Requests retried on another backend and requests "
+                   "served by a fallback model.", "ops",
+                   [target(rate_sum("inferplane_retries_total", "model"), "retries {{model}}"),
+                    target(rate_sum("inferplane_fallbacks_total", "model"),
+                           "fallbacks {{model}}")]),
+        timeseries("Circuit breaker state", "0 closed, 1 half-open, 2 open.", "none",
+                   [target(f"max by (backend) (inferplane_circuit_breaker_state{{{SEL_NO_MODEL}}})",
+                           "{{backend}}")], min_value=0, max_value=2,
+                   thresholds=[(0, "green"), (1, "orange"), (2, "red")]),
+        timeseries("Backend health", "1 when the backend passes health checks.", "bool",
+                   [target(f"max by (model, backend) (inferplane_backend_healthy{{{SEL}}})",
+                           "{{model}} {{backend}}")], min_value=0, max_value=1),
+        timeseries("Prefix cache hit ratio", "Share of prompt tokens the router expected to "
+                   "find in a backend's prefix cache.", "percentunit",
+                   [target(f"{rate_sum('inferplane_prefix_hit_tokens_total', 'model')} / "
+                           f"{rate_sum('inferplane_prefix_lookup_tokens_total', 'model')}",
+                           "{{model}}")], min_value=0, max_value=1),
+        timeseries("Prefix hit estimate by backend", "Router's current estimate of the prefix "
+                   "overlap per backend.", "percentunit",
+                   [target(f"avg by (backend) (inferplane_prefix_cache_hit_estimate{{{SEL}}})",
+                           "{{backend}}")], min_value=0),
+    ]
+
+
+def build() -> dict:
+    panels = traffic_panels() + latency_panels() + admission_panels() + backend_panels()
+    return dashboard("inferplane-gateway", "Inferplane / Gateway overview",
+                     "Traffic, errors, latency, admission and backend state of the gateway.",
+                     variables(), panels, tags=("gateway",))

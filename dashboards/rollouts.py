@@ -1,0 +1,95 @@
+"""Rollouts: rollout state and a side-by-side comparison of model versions."""
+from __future__ import annotations
+
+from grafana import (RATE, dashboard, query_variable, quantiles, state_timeline, target,
+                     timeseries, value_mappings)
+
+SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
+ROLLOUT_STATES = {
+    0: ("pending", "blue"), 1: ("progressing", "yellow"), 2: ("paused", "orange"),
+    3: ("promoting", "purple"), 4: ("succeeded", "green"), 5: ("aborting", "red"),
+    6: ("rolled back", "dark-red"),
+}
+
+
+def variables() -> list[dict]:
+    return [
+        query_variable("job", "Job", "label_values(inferplane_requests_total, job)",
+                       default="inferplane-gateway", multi=False),
+        query_variable("instance", "Instance",
+                       'label_values(inferplane_requests_total{job=~"$job"}, instance)'),
+        query_variable("model", "Model",
+                       'label_values(inferplane_requests_total{job=~"$job"}, model)'),
+    ]
+
+
+def by_version(metric: str, extra: str = "") -> str:
+    selector = f"{SEL}, {extra}" if extra else SEL
+    return f"sum by (model, version) (rate({metric}{{{selector}}}[{RATE}]))"
+
+
+def state_panels() -> list[dict]:
+    return [
+        state_timeline("Rollout state", "Phase of each rollout over time.",
+                       [target('max by (model, rollout) (inferplane_rollout_state{model=~"$model"})',
+                               "{{model}} {{rollout}}")],
+                       value_mappings(ROLLOUT_STATES)),
+        timeseries("Time in current step", "Seconds since the current rollout step started; "
+                   "InferplaneRolloutStuck fires after one hour.", "s",
+                   [target("time() - max by (model, rollout) "
+                           '(inferplane_rollout_step_started_timestamp_seconds{model=~"$model"})',
+                           "{{model}} {{rollout}}")]),
+        timeseries("Error budget remaining", "Budget left per SLO while the rollout runs.",
+                   "percentunit",
+                   [target('inferplane_slo_error_budget_remaining{model=~"$model"}',
+                           "{{model}} {{slo}}")]),
+    ]
+
+
+def comparison_panels() -> list[dict]:
+    requests = by_version("inferplane_requests_total")
+    errors = by_version("inferplane_requests_total", 'code=~"5.."')
+    return [
+        timeseries("Traffic share by version", "Share of the model's requests each version "
+                   "receives (the canary weight in practice).", "percentunit",
+                   [target(f"{requests} / ignoring (version) group_left "
+                           f"sum by (model) (rate(inferplane_requests_total{{{SEL}}}[{RATE}]))",
+                           "{{model}} {{version}}")], min_value=0, max_value=1, stack=True),
+        timeseries("Requests per second by version", "Request rate per version.", "reqps",
+                   [target(requests, "{{model}} {{version}}")]),
+        timeseries("5xx ratio by version", "Share of 5xx responses per version.", "percentunit",
+                   [target(f"{errors} / {requests}", "{{model}} {{version}}")], min_value=0),
+        timeseries("Latency P95 by version", "Request duration P95 per version.", "s",
+                   quantiles("inferplane_request_duration_seconds", SEL, "model, version",
+                             qs=(0.95,))),
+        timeseries("TTFT P95 by version", "Time to first token P95 per version.", "s",
+                   quantiles("inferplane_time_to_first_token_seconds", SEL, "model, version",
+                             qs=(0.95,))),
+        timeseries("TPOT P95 by version", "Time per output token P95 per version.", "s",
+                   quantiles("inferplane_time_per_output_token_seconds", SEL, "model, version",
+                             qs=(0.95,))),
+        timeseries("Completion tokens per second by version", "Generated tokens per version.",
+                   "suffix: tok/s",
+                   [target(f"sum by (model, version) (rate(inferplane_tokens_total{{{SEL}, "
+                           f'kind="completion"}}[{RATE}]))', "{{model}} {{version}}")]),
+    ]
+
+
+def shadow_panels() -> list[dict]:
+    return [
+        timeseries("Shadow requests by outcome", "Copies of live traffic sent to the shadow "
+                   "version and how they ended.", "reqps",
+                   [target("sum by (version, outcome) (rate(inferplane_shadow_requests_total"
+                           f"{{{SEL}}}[{RATE}]))", "{{version}} {{outcome}}")], stack=True),
+        timeseries("Shadow answer similarity", "Similarity between live and shadow answers "
+                   "(1 = identical); the P10 shows the worst answers.", "percentunit",
+                   quantiles("inferplane_shadow_similarity", 'model=~"$model"', "model",
+                             qs=(0.1, 0.5)), min_value=0, max_value=1),
+    ]
+
+
+def build() -> dict:
+    return dashboard("inferplane-rollouts", "Inferplane / Rollouts",
+                     "Rollout progress and the error and latency of each model version.",
+                     variables(), state_panels() + comparison_panels() + shadow_panels(),
+                     tags=("rollouts",))

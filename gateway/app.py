@@ -1,0 +1,54 @@
+"""The gateway ASGI app: OpenAI routes, health, /metrics. The control plane mounts its admin
+routers on the same app (auth dependencies: gateway.auth.authenticate / require_role)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.errors import install_error_handlers
+from gateway.responses import OrjsonResponse
+from gateway.limits_gate import LimitsGate
+from gateway.routers import chat, completions, health, models
+from gateway.settings import GatewaySettings
+from gateway.state import GatewayState, poll_engine_load
+
+log = logging.getLogger("inferplane.gateway")
+
+
+def _lifespan(state: GatewayState):
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if state.settings.routing.load_poll_interval_s > 0:
+            state.tasks.append(asyncio.create_task(poll_engine_load(state), name="load-poller"))
+        try:
+            yield
+        finally:
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+            await state.limits.close()
+            await state.adapters.aclose()
+    return lifespan
+
+
+def create_gateway_app(settings: GatewaySettings, snapshot_source) -> FastAPI:
+    state = GatewayState(settings=settings, snapshot_source=snapshot_source)
+    state.limits = LimitsGate(settings, state.metrics)
+    app = FastAPI(title="Inferplane", default_response_class=OrjsonResponse,
+                  lifespan=_lifespan(state))
+    app.state.gateway = state
+    app.state.snapshot_source = snapshot_source
+    install_error_handlers(app)
+    for module in (chat, completions, models, health):
+        app.include_router(module.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,38 @@
+"""Rate limits (RPM/TPM per key, team, model and global) and USD budgets.
+
+Pick the backend with `create_rate_limiter` / `create_spend_tracker`: a Redis URL gives limits
+shared by every gateway replica, None gives in-process limits for a single gateway.
+"""
+from __future__ import annotations
+
+from gateway.limits.base import RateLimiter
+from gateway.limits.budget import (
+    Budget, InMemorySpendTracker, Prices, RedisSpendTracker, SpendTracker,
+)
+from gateway.limits.memory import InMemoryRateLimiter
+from gateway.limits.outage import FailMode
+from gateway.limits.redis_limiter import RedisRateLimiter
+from gateway.limits.tokens import TokenEstimator, reservation_tokens
+from gateway.limits.types import Decision, Limit, Reservation, format_duration
+
+
+def create_rate_limiter(redis_url: str | None, fail_mode: FailMode = "fail_open",
+                        prefix: str = "inferplane:{rl}:") -> RateLimiter:
+    if redis_url:
+        return RedisRateLimiter(redis_url, prefix=prefix, fail_mode=fail_mode)
+    return InMemoryRateLimiter()
+
+
+def create_spend_tracker(redis_url: str | None, fail_mode: FailMode = "fail_open",
+                         prefix: str = "inferplane:{rl}:") -> SpendTracker:
+    if redis_url:
+        return RedisSpendTracker(redis_url, prefix=prefix, fail_mode=fail_mode)
+    return InMemorySpendTracker()
+
+
+__all__ = [
+    "Budget", "Decision", "FailMode", "InMemoryRateLimiter", "InMemorySpendTracker", "Limit",
+    "Prices", "RateLimiter", "RedisRateLimiter", "RedisSpendTracker", "Reservation",
+    "SpendTracker", "TokenEstimator", "create_rate_limiter", "create_spend_tracker",
+    "format_duration", "reservation_tokens",
+]

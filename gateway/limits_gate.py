@@ -1,0 +1,93 @@
+"""Rate limits and budgets on the request path: which limits apply to a principal, the 429,
+and settling reservations with the engine's real usage once a request is done."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.errors import OpenAIError
+from gateway.limits import (Budget, Limit, TokenEstimator, create_rate_limiter,
+                            create_spend_tracker, reservation_tokens)
+from gateway.settings import GatewaySettings
+
+log = logging.getLogger("inferplane.gateway")
+DEFAULT_MAX_TOKENS = 1024
+
+
+class LimitsGate:
+    def __init__(self, settings: GatewaySettings, metrics):
+        self.settings = settings
+        self.metrics = metrics
+        self.limiter = create_rate_limiter(settings.redis_url)
+        self.spend = create_spend_tracker(settings.redis_url)
+        self.estimator = TokenEstimator()
+        self._pending: set[asyncio.Task] = set()
+
+    def limits_for(self, principal, snapshot) -> list[Limit]:
+        d = self.settings.limits
+        out = [Limit("key", principal.key_id, rpm=principal.rpm_limit or d.rpm,
+                     tpm=principal.tpm_limit or d.tpm)]
+        if principal.team:
+            team = getattr(snapshot, "teams", {}).get(principal.team)
+            rpm = team.rpm_limit if team is not None and team.rpm_limit is not None else d.team_rpm
+            tpm = team.tpm_limit if team is not None and team.tpm_limit is not None else d.team_tpm
+            out.append(Limit("team", principal.team, rpm=rpm, tpm=tpm))
+        return out
+
+    def budgets_for(self, principal, snapshot) -> list[Budget]:
+        out = [Budget("key", principal.key_id, principal.max_budget)]
+        if principal.team:
+            team = getattr(snapshot, "teams", {}).get(principal.team)
+            out.append(Budget("team", principal.team, team.max_budget if team else None))
+        return out
+
+    def prompt_tokens(self, kind: str, body: dict) -> int:
+        if kind == "chat":
+            return self.estimator.count_messages(body.get("messages") or [])
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+            return len(prompt)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            return sum(len(p) for p in prompt)
+        return self.estimator.count_prompt(prompt or "")
+
+    async def admit(self, principal, snapshot, model_view, prompt: int, max_tokens: int | None):
+        """(reservation, budgets) for an admitted request; raises the OpenAI 429 otherwise."""
+        budgets = self.budgets_for(principal, snapshot)
+        refused = await self.spend.check(budgets)
+        if refused is not None:
+            self._reject(model_view.name, refused, "budget_exceeded")
+        tokens = reservation_tokens(prompt, max_tokens, DEFAULT_MAX_TOKENS,
+                                    model_view.context_length)
+        decision = await self.limiter.acquire(self.limits_for(principal, snapshot), tokens)
+        if not decision.allowed:
+            code = "rate_limit_exceeded" if decision.reason != "too_large" else "tokens_exceeded"
+            self._reject(model_view.name, decision, code)
+        return decision, budgets
+
+    def _reject(self, model: str, decision, code: str) -> None:
+        reason = decision.reason or "rate_limit"
+        self.metrics.rejections.labels(model, reason).inc()
+        status = 503 if reason == "unavailable" else 429
+        raise OpenAIError(status, decision.message, type="rate_limit_error" if status == 429
+                          else None, code=code, headers=decision.headers())
+
+    def settle(self, decision, budgets, tokens: int, cost: float) -> None:
+        """Refund/charge TPM and add spend, off the response path."""
+        task = asyncio.get_running_loop().create_task(
+            self._settle(decision.reservation, budgets, tokens, cost))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _settle(self, reservation, budgets, tokens: int, cost: float) -> None:
+        try:
+            await self.limiter.reconcile(reservation, tokens)
+            await self.spend.record(budgets, cost)
+        except Exception:
+            log.exception("settling rate limits failed")
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.limiter.close()
+        await self.spend.close()

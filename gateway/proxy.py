@@ -1,0 +1,249 @@
+"""The request path behind /v1/chat/completions and /v1/completions.
+
+parse → resolve model → allowlist → limits → version split → route → call engine (retry on
+another backend, then fallback models, while nothing was sent) → relay.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from engine_adapter.base import EngineError
+from gateway.accounting import CLIENT_CLOSED, Accounting
+from gateway.admission import QueueFull, QueueTimeout
+from gateway.errors import OpenAIError, error_from_upstream
+from gateway.relay import chat_text, completion_text, finish_json, relay_stream
+from gateway.resolve import choose_version, resolve_model
+from gateway.routing import RouteContext
+from gateway.schemas import ChatCompletionRequest, CompletionRequest, parse_body, \
+    requested_max_tokens
+from gateway.state import GatewayState
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer started."""
+
+
+@dataclass
+class Call:
+    kind: str                 # "chat" | "completions"
+    body: dict                # the client's JSON, forwarded with few changes
+    requested: str
+    stream: bool
+    client_wants_usage: bool
+    adapter: str | None
+    ctx: RouteContext
+    acct: Accounting
+
+
+def _prompt_text(kind: str, body: dict) -> str:
+    if kind == "completions":
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else (
+            "".join(prompt) if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)
+            else "")
+    parts = []
+    for m in body.get("messages") or ():
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+        parts.append(f"{m.get('role')}\n{content or ''}\n")
+    return "".join(parts)
+
+
+def _validate(req, model_view) -> None:
+    if req.n > 1:
+        raise OpenAIError(400, "n > 1 is not supported: send n separate requests", param="n",
+                          code="unsupported_value")
+    max_tokens = requested_max_tokens(req)
+    context = model_view.context_length
+    if max_tokens is not None and context and max_tokens > context:
+        param = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) \
+            else "max_tokens"
+        raise OpenAIError(400, f"{param}={max_tokens} exceeds the model's context length "
+                          f"({context} tokens)", param=param, code="context_length_exceeded")
+
+
+async def proxy_request(request: Request, principal, kind: str) -> Response:
+    state: GatewayState = request.app.state.gateway
+    started = time.perf_counter()
+    raw = await request.body()
+    if len(raw) > state.settings.max_body_bytes:
+        raise OpenAIError(413, "request body too large", code="body_too_large")
+    schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
+    body, req = parse_body(raw, schema)
+    snapshot = state.snapshot
+    model_view, version, adapter = resolve_model(snapshot, req.model)
+    if not (principal.may_use(req.model) or principal.may_use(model_view.name)):
+        raise OpenAIError(403, f"this key may not use the model '{req.model}'", param="model",
+                          code="model_not_allowed")
+    _validate(req, model_view)
+    gate = state.limits
+    prompt_tokens = gate.prompt_tokens(kind, body)
+    decision, budgets = await gate.admit(principal, snapshot, model_view, prompt_tokens,
+                                         requested_max_tokens(req))
+    session = request.headers.get(state.settings.routing.session_header) or req.user
+    ctx = RouteContext(model=model_view.name, prompt_text=_prompt_text(kind, body),
+                       session_key=session, adapter=adapter)
+    acct = Accounting(state, principal, req.model, req.stream, started, prompt_tokens)
+    acct.on_finish.append(lambda a: gate.settle(decision, budgets, sum(a.tokens()),
+                                                a.cost(*a.tokens())))
+    call = Call(kind, body, req.model, req.stream,
+                bool(req.stream_options and req.stream_options.include_usage), adapter, ctx, acct)
+    version = version or choose_version(model_view, session)
+    try:
+        if not any(state.router.candidates(backends)
+                   for _, backends, _ in _attempt_plan(snapshot, model_view, version)):
+            state.metrics.rejections.labels(call.requested, "no_backend").inc()
+            raise OpenAIError(503, f"no ready backend for model '{call.requested}'",
+                              code="no_ready_backend")
+        await _admit(state, call, model_view, principal, prompt_tokens + (
+            requested_max_tokens(req) or 0))
+        return await _dispatch(request, state, call, model_view, version)
+    except OpenAIError as exc:
+        acct.finish(exc.status)
+        raise
+    except ClientGone:
+        acct.finish(CLIENT_CLOSED)
+        return Response(status_code=CLIENT_CLOSED)
+    except BaseException:
+        acct.finish(500)
+        raise
+
+
+PRIORITIES = ("high", "standard", "batch")
+
+
+async def _admit(state: GatewayState, call: Call, model_view, principal, cost: int) -> None:
+    """Wait for an admission slot (weighted fair queue); 429 when full, 503 on timeout."""
+    pool = state.admission_pool(model_view)
+    priority = principal.priority if principal.priority in PRIORITIES else "standard"
+    admit = pool.admit(tenant=principal.team or principal.key_id, priority=priority,
+                       cost=max(1, cost))
+    try:
+        call.acct.ticket = await admit.__aenter__()
+    except QueueFull as exc:
+        raise OpenAIError(429, f"too many queued requests for '{call.requested}'",
+                          type="rate_limit_error", code="queue_full",
+                          headers={"retry-after": str(max(1, round(exc.retry_after)))})
+    except QueueTimeout as exc:
+        raise OpenAIError(503, f"timed out waiting for capacity on '{call.requested}'",
+                          code="queue_timeout",
+                          headers={"retry-after": str(max(1, round(exc.retry_after)))})
+    # The slot outlives this handler when streaming: release it when accounting finishes.
+    call.acct.on_finish.append(lambda _: asyncio.ensure_future(admit.__aexit__(None, None, None)))
+
+
+def _attempt_plan(snapshot, model_view, version):
+    """The primary model (pinned version) then each fallback model that exists."""
+    yield model_view, model_view.backends_for(version), False
+    for name in model_view.fallbacks:
+        fallback = snapshot.models.get(name)
+        if fallback is not None:
+            yield fallback, fallback.backends, True
+
+
+async def _dispatch(request: Request, state: GatewayState, call: Call, model_view,
+                    version) -> Response:
+    last_error: EngineError | None = None
+    m = state.metrics
+    for target, backends, is_fallback in _attempt_plan(state.snapshot, model_view, version):
+        tried: set[str] = set()
+        for attempt in range(state.settings.retries + 1):
+            pool = state.admission_pool(target)
+            backend = state.router.pick(target, backends, call.ctx, tried, pool.has_room)
+            if backend is None:
+                break
+            if attempt:
+                m.retries.labels(call.requested).inc()
+            elif is_fallback:
+                m.fallbacks.labels(call.requested).inc()
+            tried.add(backend.id)
+            try:
+                return await _try_backend(request, state, call, target, backend)
+            except EngineError as exc:
+                call.acct.upstream_error(backend, exc.kind)
+                if not exc.retryable:
+                    raise error_from_upstream(exc.status or 400, exc.body) from None
+                last_error = exc
+    if last_error is None:
+        state.metrics.rejections.labels(call.requested, "no_backend").inc()
+        raise OpenAIError(503, f"no ready backend for model '{call.requested}'",
+                          code="no_ready_backend")
+    status = 504 if last_error.kind in ("timeout", "first_token_timeout") else 502
+    raise OpenAIError(status, f"all backends failed: {last_error.message}",
+                      code=last_error.kind)
+
+
+def _upstream_body(call: Call, backend) -> dict:
+    body = dict(call.body)
+    body["model"] = call.adapter or backend.served_model
+    if body.get("max_completion_tokens") and not body.get("max_tokens"):
+        body["max_tokens"] = body["max_completion_tokens"]  # engines that predate the new name
+    if call.stream:
+        options = dict(body.get("stream_options") or {})
+        options["include_usage"] = True   # always: usage is how tokens are accounted
+        body["stream_options"] = options
+    return body
+
+
+async def _try_backend(request: Request, state: GatewayState, call: Call, model_view,
+                       backend) -> Response:
+    permit = state.breaker.get(backend.id).try_acquire()
+    if permit is None:  # lost the race for a half-open probe
+        raise EngineError("breaker_open", f"backend {backend.id} is not accepting requests")
+    adapter = state.adapters.get(backend)
+    upstream = _upstream_body(call, backend)
+    call.acct.permit = permit
+    call.acct.bind(model_view, backend)
+    method = adapter.chat if call.kind == "chat" else adapter.completions
+    try:
+        result = await _race_disconnect(request, method(upstream))
+    except BaseException:
+        call.acct.unbind()
+        raise
+    if call.stream:
+        call.acct.upstream_ok()   # the engine produced a first token: count it healthy
+        call.acct.first_token()
+        served = upstream["model"]
+        rename = None if served == call.requested else (
+            f'"model":"{served}"'.encode(), f'"model":"{call.requested}"'.encode())
+        return StreamingResponse(relay_stream(result, call.acct, call.client_wants_usage, rename),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
+    text = chat_text if call.kind == "chat" else completion_text
+    content = finish_json(result, call.acct, call.requested, text)
+    call.acct.upstream_ok()
+    call.acct.finish(200)
+    return Response(content, media_type="application/json")
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _race_disconnect(request: Request, work):
+    """Await `work`, abandoning (and so aborting upstream) if the client goes away first."""
+    work_task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait((work_task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not watch.done():
+            watch.cancel()
+    if work_task.done():
+        return work_task.result()
+    work_task.cancel()
+    try:
+        await work_task
+    except BaseException:
+        pass
+    raise ClientGone()

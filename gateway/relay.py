@@ -1,0 +1,115 @@
+"""Relay an engine's answer to the client.
+
+Streams are forwarded event by event without re-serialising; only events carrying usage are
+parsed (to account tokens, and to drop the usage chunk when the client did not ask for it; the
+gateway always asks the engine for it). A stream that breaks mid-way ends with an OpenAI error
+event and `data: [DONE]`, so clients never hang on a half-finished stream.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+import orjson
+
+from engine_adapter.base import EngineError, EngineStream
+from gateway.accounting import CLIENT_CLOSED, Accounting, estimate_tokens
+
+DONE = b"data: [DONE]\n\n"
+
+
+def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _is_done(event: bytes) -> bool:
+    return event.startswith(b"data: [DONE]") or event.startswith(b"data:[DONE]")
+
+
+def _has_usage(event: bytes) -> bool:
+    return b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event
+
+
+def _payload(event: bytes) -> dict | None:
+    start = event.find(b"data:")
+    if start < 0:
+        return None
+    try:
+        data = orjson.loads(event[start + 5:])
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _usage_event(event: bytes, acct: Accounting, client_wants_usage: bool) -> bytes | None:
+    """Account the usage in `event`; what to forward (None drops a usage-only chunk)."""
+    data = _payload(event)
+    if data is None:
+        return event
+    acct.usage(data.get("usage"))
+    if client_wants_usage:
+        return event
+    if not data.get("choices"):
+        return None
+    data.pop("usage", None)
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usage: bool,
+                       rename: tuple[bytes, bytes] | None) -> AsyncIterator[bytes]:
+    saw_done = False
+    try:
+        async for event in stream:
+            if _is_done(event):
+                saw_done = True
+                break
+            if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
+                acct.status = 502
+            elif _has_usage(event):
+                event = _usage_event(event, acct, client_wants_usage)
+                if event is None:
+                    continue
+            else:
+                acct.chunk()
+            if rename is not None:
+                event = event.replace(rename[0], rename[1], 1)
+            yield event
+        if not saw_done:
+            raise EngineError("protocol", "upstream stream ended before [DONE]")
+        acct.upstream_ok()
+        yield DONE
+    except EngineError as exc:
+        acct.status = 504 if exc.kind == "timeout" else 502
+        acct.upstream_error(acct.backend, exc.kind)
+        yield error_event(f"the model backend failed mid-stream: {exc.message}",
+                          code=exc.kind)
+        yield DONE
+    except (asyncio.CancelledError, GeneratorExit):
+        acct.status = CLIENT_CLOSED
+        raise
+    finally:
+        await stream.aclose()
+        acct.finish()
+
+
+def finish_json(result: dict, acct: Accounting, requested: str, completion_text) -> bytes:
+    """The non-streaming body: usage always present, model named as the client asked."""
+    usage = result.get("usage")
+    if not isinstance(usage, dict):
+        prompt = acct.prompt_estimate
+        completion = estimate_tokens(completion_text(result))
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}
+        result["usage"] = usage
+    acct.usage(usage)
+    result["model"] = requested
+    return orjson.dumps(result)
+
+
+def chat_text(result: dict) -> str:
+    return "".join((c.get("message") or {}).get("content") or "" for c in result.get("choices", []))
+
+
+def completion_text(result: dict) -> str:
+    return "".join(c.get("text") or "" for c in result.get("choices", []))

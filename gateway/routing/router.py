@@ -1,0 +1,70 @@
+"""Filters → strategy → pick, for one model's backends."""
+from __future__ import annotations
+
+from gateway.routing.load_book import LoadBook
+from gateway.routing.prefix_index import PrefixIndex
+from gateway.routing.strategies import (LeastLoaded, LoraAffinity, PowerOfTwo, PrefixAware,
+                                        RoundRobin, RouteContext, SessionAffinity, Weighted)
+from gateway.settings import RoutingSettings
+
+ROUTABLE_STATES = frozenset({"ready"})
+
+
+class Router:
+    def __init__(self, settings: RoutingSettings, metrics, breaker=None):
+        self.settings = settings
+        self.metrics = metrics
+        self.breaker = breaker
+        self.book = LoadBook()
+        self.prefix_index = PrefixIndex(settings.prefix_index_blocks)
+        slack = settings.prefix_load_slack
+        self.strategies = {
+            "round_robin": RoundRobin(),
+            "least_loaded": LeastLoaded(self.book),
+            "p2c": PowerOfTwo(self.book),
+            "weighted": Weighted(),
+            "prefix_aware": PrefixAware(self.book, self.prefix_index,
+                                        settings.prefix_block_chars, slack),
+            "lora_affinity": LoraAffinity(self.book, slack),
+            "session_affinity": SessionAffinity(self.book),
+        }
+
+    def strategy_name(self, model_view) -> str:
+        name = self.settings.strategy_for(model_view.name, getattr(model_view, "routing", None))
+        return name if name in self.strategies else self.settings.strategy
+
+    def candidates(self, backends, exclude: set[str] | frozenset = frozenset(),
+                   has_room=None) -> list:
+        """Backends that may take a request now: ready, breaker closed, under their in-flight
+        cap, not already tried."""
+        out = []
+        for b in backends:
+            if b.state not in ROUTABLE_STATES or b.id in exclude:
+                continue
+            if has_room is not None and not has_room(b.id):
+                continue
+            if self.breaker is not None and not self.breaker.get(b.id).is_available():
+                continue
+            out.append(b)
+        return out
+
+    def pick(self, model_view, backends, ctx: RouteContext,
+             exclude: set[str] | frozenset = frozenset(), has_room=None):
+        """The chosen BackendView among `backends` (of `model_view`), None when none is routable."""
+        candidates = self.candidates(backends, exclude, has_room)
+        if not candidates:
+            return None
+        strategy = self.strategy_name(model_view)
+        backend = self.strategies[strategy].pick(candidates, ctx)
+        self.metrics.routing_decisions.labels(model_view.name, strategy, backend.id).inc()
+        if ctx.prefix_blocks:
+            self._record_prefix(model_view.name, backend.id, ctx)
+        return backend
+
+    def _record_prefix(self, model: str, backend_id: str, ctx: RouteContext) -> None:
+        chars = self.settings.prefix_block_chars
+        # ~4 characters per token: the estimate is in tokens to line up with engine counters.
+        self.metrics.prefix_lookup_tokens.labels(model).inc(ctx.prefix_blocks * chars / 4)
+        self.metrics.prefix_hit_tokens.labels(model).inc(ctx.prefix_matched * chars / 4)
+        self.metrics.prefix_hit_estimate.labels(model, backend_id).set(
+            ctx.prefix_matched / ctx.prefix_blocks)

@@ -1,0 +1,136 @@
+"""Backend pickers. Each strategy ranks the routable candidates of one model; which strategy a
+model uses is configuration (RoutingSettings.strategy / per_model / ModelView.routing)."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import xxhash
+
+from gateway.routing.load_book import LoadBook
+from gateway.routing.prefix_index import PrefixIndex, block_hashes
+
+
+@dataclass
+class RouteContext:
+    model: str
+    prompt_text: str = ""
+    session_key: str | None = None
+    adapter: str | None = None
+    # filled by prefix_aware for metrics: (blocks looked up, blocks matched on the pick)
+    prefix_blocks: int = 0
+    prefix_matched: int = 0
+    hashes: list[int] = field(default_factory=list)
+
+
+def least_loaded(candidates: list, book: LoadBook):
+    return min(candidates, key=lambda b: (book.load(b.id) / max(b.weight or 1.0, 1e-6), b.id))
+
+
+class RoundRobin:
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        i = self._next.get(ctx.model, 0)
+        self._next[ctx.model] = i + 1
+        return candidates[i % len(candidates)]
+
+
+class LeastLoaded:
+    def __init__(self, book: LoadBook):
+        self.book = book
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        return least_loaded(candidates, self.book)
+
+
+class PowerOfTwo:
+    """Two random candidates, the less loaded wins: near least-loaded without herding."""
+
+    def __init__(self, book: LoadBook, rng: random.Random | None = None):
+        self.book = book
+        self.rng = rng or random.Random()
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        if len(candidates) == 1:
+            return candidates[0]
+        a, b = self.rng.sample(candidates, 2)
+        return a if self.book.load(a.id) <= self.book.load(b.id) else b
+
+
+class Weighted:
+    """Smooth weighted round robin (nginx): shares follow BackendView.weight exactly."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, float] = {}
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        total = 0.0
+        best = None
+        for b in candidates:
+            w = max(b.weight or 1.0, 0.0)
+            total += w
+            self._current[b.id] = self._current.get(b.id, 0.0) + w
+            if best is None or self._current[b.id] > self._current[best.id]:
+                best = b
+        self._current[best.id] -= total
+        return best
+
+
+class PrefixAware:
+    """Most cached prefix wins, but only among backends within `slack` of the least loaded,
+    so a hot prefix spreads once its backend is busy."""
+
+    def __init__(self, book: LoadBook, index: PrefixIndex, block_chars: int, slack: float):
+        self.book = book
+        self.index = index
+        self.block_chars = block_chars
+        self.slack = slack
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        ctx.hashes = block_hashes(ctx.prompt_text, self.block_chars)
+        ctx.prefix_blocks = len(ctx.hashes)
+        floor = min(self.book.load(b.id) for b in candidates)
+        eligible = [b for b in candidates if self.book.load(b.id) <= floor + self.slack]
+        best = max(eligible, key=lambda b: (self.index.match(b.id, ctx.hashes),
+                                            -self.book.load(b.id)))
+        ctx.prefix_matched = self.index.match(best.id, ctx.hashes)
+        self.index.insert(best.id, ctx.hashes)
+        return best
+
+
+class LoraAffinity:
+    """Backends with the requested adapter already loaded first (no load/swap latency)."""
+
+    def __init__(self, book: LoadBook, slack: float):
+        self.book = book
+        self.slack = slack
+
+    def _has(self, backend, adapter: str) -> bool:
+        return adapter in (backend.adapters or ()) or adapter in self.book.engine_view(backend.id).adapters
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        best = least_loaded(candidates, self.book)
+        if not ctx.adapter:
+            return best
+        warm = [b for b in candidates if self._has(b, ctx.adapter)]
+        if not warm:
+            return best
+        choice = least_loaded(warm, self.book)
+        overloaded = self.book.load(choice.id) > self.book.load(best.id) + self.slack
+        return best if overloaded else choice
+
+
+class SessionAffinity:
+    """Rendezvous hashing of the session key: sticky while the backend stays routable, and only
+    that backend's sessions move when it leaves."""
+
+    def __init__(self, book: LoadBook):
+        self.book = book
+
+    def pick(self, candidates: list, ctx: RouteContext):
+        if not ctx.session_key:
+            return least_loaded(candidates, self.book)
+        key = ctx.session_key.encode()
+        return max(candidates, key=lambda b: xxhash.xxh3_64_intdigest(key + b"\0" + b.id.encode()))

@@ -1,0 +1,122 @@
+"""Everything one gateway process holds between requests (hung on app.state.gateway)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from engine_adapter import EngineAdapter, create_adapter
+from engine_adapter.openai_http import Timeouts, create_http_client
+from gateway.admission import AdmissionController
+from gateway.breaker import BreakerConfig, BreakerRegistry
+from gateway.jwt_auth import JWTVerifier
+from gateway.metrics import GatewayMetrics
+from gateway.routing import Router
+from gateway.settings import GatewaySettings
+from gateway.usage_record import UsageRecord
+
+log = logging.getLogger("inferplane.gateway")
+
+
+class AdapterPool:
+    """One adapter per backend, all sharing a pooled HTTP client."""
+
+    def __init__(self, settings: GatewaySettings):
+        t = settings.timeouts
+        self.timeouts = Timeouts(connect=t.connect, first_token=t.first_token, total=t.total)
+        self.client = create_http_client(max_connections=settings.max_connections,
+                                         keepalive=settings.max_connections,
+                                         connect_timeout=t.connect)
+        self._adapters: dict[tuple[str, str, str], EngineAdapter] = {}
+
+    def get(self, backend) -> EngineAdapter:
+        key = (backend.id, backend.url, backend.engine)
+        adapter = self._adapters.get(key)
+        if adapter is None:
+            adapter = create_adapter(backend.url, backend.engine, client=self.client,
+                                     timeouts=self.timeouts)
+            self._adapters[key] = adapter
+        return adapter
+
+    async def aclose(self) -> None:
+        for adapter in self._adapters.values():
+            await adapter.aclose()
+        await self.client.aclose()
+
+
+@dataclass
+class GatewayState:
+    settings: GatewaySettings
+    snapshot_source: object
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    router: Router | None = None
+    adapters: AdapterPool | None = None
+    jwt: JWTVerifier | None = None
+    breaker: object | None = None
+    limiter: object | None = None
+    admission: object | None = None
+    limits: object | None = None
+    usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        b = self.settings.breaker
+        self.breaker = self.breaker or BreakerRegistry(
+            BreakerConfig(consecutive_failures=b.failure_threshold, open_duration_s=b.open_seconds),
+            on_state_change=lambda backend, _old, new: self.metrics.set_breaker(backend, new))
+        a = self.settings.admission
+        m = self.metrics
+        self.admission = self.admission or AdmissionController(
+            max_queue=a.queue_size, queue_timeout_s=a.queue_timeout_s,
+            on_depth=self._on_queue_depth,
+            on_wait=lambda model, prio, wait: m.queue_wait.labels(model, prio).observe(wait),
+            on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
+        self.router = self.router or Router(self.settings.routing, self.metrics, self.breaker)
+        self.adapters = self.adapters or AdapterPool(self.settings)
+        if self.jwt is None and self.settings.jwt.enabled:
+            self.jwt = JWTVerifier(self.settings.jwt)
+
+    def _on_queue_depth(self, model: str, _depth: int) -> None:
+        for priority, depth in self.admission.pool(model).depth_by_priority().items():
+            self.metrics.queue_depth.labels(model, priority).set(depth)
+
+    def admission_pool(self, model_view):
+        """The model's admission pool, its per-backend caps following the snapshot."""
+        pool = self.admission.pool(model_view.name)
+        version = self.snapshot.version
+        if getattr(pool, "snapshot_version", None) != version:
+            cap = self.settings.admission.max_inflight_per_backend
+            pool.set_backends({b.id: cap for b in model_view.backends if b.state == "ready"})
+            pool.snapshot_version = version
+        return pool
+
+    @property
+    def snapshot(self):
+        return self.snapshot_source.current
+
+    def emit_usage(self, record: UsageRecord) -> None:
+        for sink in self.usage_sinks:
+            try:
+                sink(record)
+            except Exception:  # a broken sink must not fail the request that already finished
+                log.exception("usage sink failed")
+
+
+async def poll_engine_load(state: GatewayState) -> None:
+    """Refresh engine-reported load for every backend in the snapshot, forever."""
+    interval = state.settings.routing.load_poll_interval_s
+    while True:
+        backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
+                    if b.state == "ready" and b.engine not in ("litellm", "hosted")}
+        results = await asyncio.gather(*(_poll_one(state, b) for b in backends.values()),
+                                       return_exceptions=True)
+        for backend, result in zip(backends.values(), results):
+            if not isinstance(result, BaseException):
+                state.router.book.report(backend.id, result)
+        await asyncio.sleep(interval)
+
+
+async def _poll_one(state: GatewayState, backend):
+    async with asyncio.timeout(max(0.5, state.settings.routing.load_poll_interval_s)):
+        return await state.adapters.get(backend).load()

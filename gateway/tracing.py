@@ -1,0 +1,148 @@
+"""OpenTelemetry tracing for the gateway: provider setup and W3C trace-context propagation.
+
+A request's trace starts from the client's `traceparent` header (if any), and
+the same trace id travels to the engine in the outgoing httpx request, so one
+trace covers gateway admission, routing and the engine call.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from urllib.parse import urlparse
+
+import httpx
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+logger = logging.getLogger(__name__)
+
+TRACER_NAME = "inferplane.gateway"
+OTLP_TRACES_PATH = "/v1/traces"
+_PROPAGATOR = TraceContextTextMapPropagator()
+_provider: TracerProvider | None = None
+_global_provider_set = False
+
+
+class _HeaderGetter(Getter):
+    """Reads headers case-insensitively from httpx/Starlette headers or a plain dict."""
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        value = carrier.get(key)
+        if value is None and isinstance(carrier, dict):
+            value = next((v for k, v in carrier.items() if k.lower() == key), None)
+        return None if value is None else [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        return list(carrier.keys())
+
+
+_GETTER = _HeaderGetter()
+
+
+def setup_tracing(service_name: str, otlp_endpoint: str | None = None,
+                  exporter: SpanExporter | None = None, *,
+                  sample_ratio: float = 1.0) -> TracerProvider:
+    """Create the tracer provider the gateway's spans go to.
+
+    `exporter` (e.g. an InMemorySpanExporter) gets spans synchronously;
+    `otlp_endpoint` (http://collector:4318) adds a batching OTLP/HTTP exporter
+    when opentelemetry-exporter-otlp-proto-http is installed. Calling it again
+    replaces the previous provider after flushing it.
+    """
+    global _provider, _global_provider_set
+    if not service_name:
+        raise ValueError("setup_tracing needs a non-empty service_name")
+    if not 0.0 <= sample_ratio <= 1.0:
+        raise ValueError(f"sample_ratio must be within [0, 1], got {sample_ratio}")
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}),
+                              sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if otlp_endpoint:
+        otlp = _otlp_exporter(otlp_endpoint)
+        if otlp is not None:
+            provider.add_span_processor(BatchSpanProcessor(otlp))
+    if _provider is not None:
+        _provider.shutdown()
+    if not _global_provider_set:
+        # The global provider can be set once per process; libraries instrumented
+        # with the OpenTelemetry API pick it up from there.
+        trace.set_tracer_provider(provider)
+        _global_provider_set = True
+    _provider = provider
+    return provider
+
+
+def _otlp_exporter(endpoint: str) -> SpanExporter | None:
+    parsed = urlparse(endpoint)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"OTLP endpoint must be an http(s) URL, got {endpoint!r}")
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        logger.warning("OTLP endpoint %s configured but opentelemetry-exporter-otlp-proto-http "
+                       "is not installed (pip install 'inferplane[otlp]'); spans are not "
+                       "exported", endpoint)
+        return None
+    if parsed.path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + OTLP_TRACES_PATH
+    return OTLPSpanExporter(endpoint=endpoint)
+
+
+def get_tracer(name: str = TRACER_NAME) -> trace.Tracer:
+    """A tracer from the configured provider; a no-op tracer before setup_tracing."""
+    if _provider is None:
+        return trace.get_tracer(name)
+    return _provider.get_tracer(name)
+
+
+def shutdown_tracing() -> None:
+    """Flush and stop exporters (call on gateway shutdown)."""
+    global _provider
+    if _provider is not None:
+        _provider.shutdown()
+        _provider = None
+
+
+def extract_context(headers: Mapping[str, str]) -> otel_context.Context:
+    """The remote parent carried by an incoming request's traceparent/tracestate."""
+    return _PROPAGATOR.extract(headers, getter=_GETTER)
+
+
+def inject_traceparent(headers: MutableMapping[str, str] | None = None,
+                       ctx: otel_context.Context | None = None) -> MutableMapping[str, str]:
+    """Write traceparent (and tracestate) of the current span into `headers`."""
+    carrier: MutableMapping[str, str] = {} if headers is None else headers
+    _PROPAGATOR.inject(carrier, context=ctx)
+    return carrier
+
+
+async def httpx_trace_hook(request: httpx.Request) -> None:
+    """httpx request event hook: `AsyncClient(event_hooks={"request": [httpx_trace_hook]})`."""
+    inject_traceparent(request.headers)
+
+
+@contextmanager
+def server_span(name: str, headers: Mapping[str, str],
+                attributes: Mapping[str, str | int | float | bool] | None = None,
+                ) -> Iterator[trace.Span]:
+    """A SERVER span for an incoming request, child of the caller's traceparent if sent."""
+    parent = extract_context(headers)
+    with get_tracer().start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
+                                            attributes=attributes) as span:
+        yield span
+
+
+def current_trace_id() -> str | None:
+    """Hex trace id of the active span, for logs and error bodies; None outside a trace."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    return trace.format_trace_id(span_context.trace_id)

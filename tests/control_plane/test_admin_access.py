@@ -1,0 +1,101 @@
+"""RBAC on the admin API, API keys (secret shown once, revoke, rotate) and teams."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry.keys import hash_key
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("GET", "/admin/v1/models", None),
+    ("POST", "/admin/v1/models", {"name": "x"}),
+    ("PUT", "/admin/v1/models/x/aliases/default", {"version": "v1"}),
+    ("GET", "/admin/v1/keys", None),
+    ("POST", "/admin/v1/teams", {"name": "t"}),
+    ("GET", "/admin/v1/audit", None),
+])
+async def test_no_key_is_401_and_user_key_is_403(env, method, path, body):
+    r = await env.client.request(method, path, json=body)
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    r = await env.client.request(method, path, json=body, headers={"Authorization": "Bearer ip-nope"})
+    assert r.status_code == 401
+    r = await env.client.request(method, path, json=body, headers=env.auth("user"))
+    assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+
+
+async def test_operators_manage_models_but_not_keys_or_teams(env):
+    h = env.auth("operator")
+    assert (await env.client.post("/admin/v1/models", json={"name": "m"}, headers=h)).status_code == 201
+    assert (await env.client.get("/admin/v1/keys", headers=h)).status_code == 403
+    assert (await env.client.post("/admin/v1/keys", json={"name": "k"}, headers=h)).status_code == 403
+    assert (await env.client.get("/admin/v1/teams", headers=h)).status_code == 403
+
+
+async def test_key_secret_is_shown_once_and_works_at_once(env):
+    h = env.auth("admin")
+    r = await env.client.post("/admin/v1/keys", headers=h, json={
+        "name": "ci", "role": "operator", "team": "ml", "models": ["chat"], "rpm_limit": 60,
+        "priority": "batch", "expires_in_s": 3600})
+    assert r.status_code == 201, r.text
+    created = r.json()
+    secret, key_id = created["secret"], created["id"]
+    assert secret.startswith("ip-") and created["prefix"] == secret[:len(created["prefix"])]
+    assert "key_hash" not in created
+
+    listed = (await env.client.get("/admin/v1/keys", headers=h)).text
+    fetched = (await env.client.get(f"/admin/v1/keys/{key_id}", headers=h)).text
+    audit = (await env.client.get("/admin/v1/audit", headers=h)).text
+    for text in (listed, fetched, audit):
+        assert secret not in text and hash_key(secret) not in text and '"secret"' not in text
+
+    view = env.source.current.keys[hash_key(secret)]
+    assert (view.role, view.team, view.models, view.priority) == ("operator", "ml", ("chat",), "batch")
+    new = {"Authorization": f"Bearer {secret}"}
+    assert (await env.client.get("/admin/v1/models", headers=new)).status_code == 200
+
+    r = await env.client.post(f"/admin/v1/keys/{key_id}/rotate", headers=h)
+    rotated = r.json()["secret"]
+    assert rotated != secret
+    assert (await env.client.get("/admin/v1/models", headers=new)).status_code == 401
+    newer = {"Authorization": f"Bearer {rotated}"}
+    assert (await env.client.get("/admin/v1/models", headers=newer)).status_code == 200
+
+    r = await env.client.post(f"/admin/v1/keys/{key_id}/revoke", headers=h)
+    assert r.json()["revoked"] is True
+    r = await env.client.get("/admin/v1/models", headers=newer)
+    assert r.status_code == 401 and "revoked" in r.json()["error"]["message"]
+    r = await env.client.post(f"/admin/v1/keys/{key_id}/rotate", headers=h)
+    assert r.status_code == 409
+    ids = [k["id"] for k in (await env.client.get("/admin/v1/keys", headers=h)).json()["data"]]
+    assert key_id not in ids
+    r = await env.client.get("/admin/v1/keys", params={"include_revoked": True}, headers=h)
+    assert key_id in [k["id"] for k in r.json()["data"]]
+
+
+async def test_key_validation(env):
+    h = env.auth("admin")
+    r = await env.client.post("/admin/v1/keys", headers=h, json={"name": "k", "role": "root"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "role"
+    r = await env.client.post("/admin/v1/keys", headers=h,
+                              json={"name": "k", "expires_in_s": 5, "expires_at": "2030-01-01T00:00:00Z"})
+    assert r.status_code == 400 and "not both" in r.json()["error"]["message"]
+    r = await env.client.post("/admin/v1/keys", headers=h, json={"name": "k", "secret": "short"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "secret"
+    assert (await env.client.get("/admin/v1/keys/999", headers=h)).status_code == 404
+
+
+async def test_team_crud(env):
+    h = env.auth("admin")
+    r = await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml", "rpm_limit": 100})
+    assert r.status_code == 201 and env.source.current.teams["ml"].rpm_limit == 100
+    r = await env.client.patch("/admin/v1/teams/ml", headers={**h, "If-Match": '"1"'},
+                               json={"tpm_limit": 5000, "max_budget": 12.5})
+    assert r.status_code == 200 and r.json()["tpm_limit"] == 5000
+    assert env.source.current.teams["ml"].max_budget == 12.5
+    r = await env.client.patch("/admin/v1/teams/ml", headers={**h, "If-Match": '"1"'},
+                               json={"rpm_limit": 1})
+    assert r.status_code == 409
+    assert (await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml"})).status_code == 409
+    assert (await env.client.delete("/admin/v1/teams/ml", headers=h)).status_code == 204
+    assert (await env.client.get("/admin/v1/teams/ml", headers=h)).status_code == 404

@@ -1,0 +1,81 @@
+"""Sampler: seeded reproducibility, greedy equivalences, truncation and min_tokens."""
+from __future__ import annotations
+
+import torch
+
+from builtin_engine.sampler import Sampler
+from builtin_engine.sampling_params import SamplingParams
+
+VOCAB = 512
+EOS = 7
+
+
+def _logits(rows: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 2
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _draws(params: SamplingParams, seed: int, steps: int = 20) -> list[int]:
+    sampler, gen = Sampler(), _gen(seed)
+    return [sampler.sample(_logits(1, step), [params], [gen], [step], EOS)[0]
+            for step in range(steps)]
+
+
+def test_same_seed_same_tokens_different_seed_different_tokens():
+    params = SamplingParams(temperature=1.0, seed=11)
+    assert _draws(params, 11) == _draws(params, 11)
+    assert _draws(params, 11) != _draws(params, 12)
+
+
+def test_seeded_row_does_not_depend_on_the_batch():
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=5)
+    logits = _logits(4, seed=3)
+    alone = Sampler().sample(logits[2:3].clone(), [params], [_gen(5)], [0], EOS)
+    others = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.3, top_k=5),
+              params, SamplingParams(temperature=1.0)]
+    batched = Sampler().sample(logits.clone(), others, [None, _gen(1), _gen(5), None],
+                               [0, 0, 0, 0], EOS)
+    assert batched[2] == alone[0]
+    assert batched[0] == int(logits[0].argmax())
+
+
+def test_top_k_one_and_temperature_zero_are_greedy():
+    logits = _logits(6, seed=9)
+    expected = logits.argmax(dim=-1).tolist()
+    for params in (SamplingParams(temperature=1.5, top_k=1), SamplingParams(temperature=0.0)):
+        got = Sampler().sample(logits.clone(), [params] * 6, [None] * 6, [0] * 6, EOS)
+        assert got == expected
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    logits = _logits(1, seed=4).repeat(400, 1)
+    top5 = set(logits[0].topk(5).indices.tolist())
+    got = Sampler().sample(logits.clone(), [SamplingParams(top_k=5)] * 400, [None] * 400,
+                           [0] * 400, EOS)
+    assert set(got) <= top5 and len(set(got)) > 1
+    peaked = torch.full((300, VOCAB), -5.0)
+    peaked[:, 3], peaked[:, 4] = 5.0, 4.0  # token 3 alone holds ~73% of the mass
+    got = Sampler().sample(peaked, [SamplingParams(top_p=0.7)] * 300, [None] * 300,
+                           [0] * 300, EOS)
+    assert set(got) == {3}
+
+
+def test_temperature_sampling_follows_the_distribution():
+    logits = torch.full((4000, VOCAB), -30.0)
+    logits[:, 10], logits[:, 11] = 0.0, -1.0986  # p ~ 0.75 / 0.25
+    got = torch.tensor(Sampler().sample(logits, [SamplingParams()] * 4000, [None] * 4000,
+                                        [0] * 4000, EOS))
+    share = (got == 10).float().mean().item()
+    assert 0.71 < share < 0.79 and set(got.tolist()) == {10, 11}
+
+
+def test_min_tokens_masks_eos_and_stop_ids():
+    logits = torch.zeros(3, VOCAB)
+    logits[:, EOS], logits[:, 100], logits[:, 200], logits[:, 50] = 10.0, 9.0, 8.0, 1.0
+    params = [SamplingParams(temperature=0.0, min_tokens=4, stop_token_ids=[100])] * 3
+    sampler = Sampler(stop_token_ids=[200])  # e.g. <|endoftext|> besides eos
+    got = sampler.sample(logits.clone(), params, [None] * 3, [0, 3, 4], EOS)
+    assert got == [50, 50, EOS]

@@ -1,0 +1,96 @@
+"""The engine's HTTP layer over the simulated executor: real scheduler, real tokenizer, real HTTP
+(uvicorn in a subprocess), synthetic tokens."""
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import free_port, start_process, stop_process, wait_http
+
+NAME = "sim-model"
+
+
+@pytest.fixture(scope="module")
+def engine_url(tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("sim") / "engine.log"
+    proc = start_process(["-m", "builtin_engine", "serve", "--simulate", "--port", str(port),
+                          "--served-model-name", NAME, "--sim-decode-base-s", "0.001",
+                          "--sim-prefill-s-per-token", "0", "--sim-context-length", "512",
+                          "--num-blocks", "256"], log_path=log)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=120)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+def _chat(url, **body):
+    body.setdefault("model", NAME)
+    body.setdefault("messages", [{"role": "user", "content": "hello there"}])
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+
+
+def _stream_events(url, path, body):
+    with httpx.stream("POST", url + path, json=body, timeout=30) as resp:
+        assert resp.status_code == 200
+        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    return [orjson.loads(line[6:]) for line in lines[:-1]]
+
+
+def test_max_tokens_and_usage(engine_url):
+    body = _chat(engine_url, max_tokens=7, ignore_eos=True).json()
+    assert body["usage"]["completion_tokens"] == 7
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + 7
+
+
+def test_stream_equals_non_stream_and_reports_usage(engine_url):
+    base = {"model": NAME, "messages": [{"role": "user", "content": "count"}], "max_tokens": 20,
+            "seed": 7, "ignore_eos": True}
+    full = _chat(engine_url, **base).json()
+    events = _stream_events(engine_url, "/v1/chat/completions",
+                            {**base, "stream": True, "stream_options": {"include_usage": True}})
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == full["choices"][0]["message"]["content"]
+    assert events[-1]["usage"]["completion_tokens"] == 20
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+
+
+def test_completions_endpoint(engine_url):
+    resp = httpx.post(engine_url + "/v1/completions",
+                      json={"model": NAME, "prompt": "abc", "max_tokens": 3, "ignore_eos": True})
+    body = resp.json()
+    assert resp.status_code == 200 and body["object"] == "text_completion"
+    assert body["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"messages": []}, 400),
+    ({"messages": "hi"}, 400),
+    ({"max_tokens": 0}, 400),
+    ({"max_tokens": 10_000}, 400),  # beyond the 512-token context
+    ({"n": 3}, 400),
+    ({"temperature": 5}, 400),
+    ({"model": "other"}, 404),
+])
+def test_errors_use_openai_shape(engine_url, body, status):
+    resp = _chat(engine_url, **body)
+    assert resp.status_code == status
+    assert set(resp.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_malformed_json_is_400(engine_url):
+    resp = httpx.post(engine_url + "/v1/chat/completions", content=b"{not json",
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and resp.json()["error"]["message"]
+
+
+def test_models_metrics_and_kv_summary(engine_url):
+    assert httpx.get(engine_url + "/v1/models").json()["data"][0]["id"] == NAME
+    metrics = httpx.get(engine_url + "/metrics").text
+    assert "vllm:num_requests_running" in metrics
+    summary = httpx.get(engine_url + "/kv/summary").json()
+    assert summary["num_blocks"] == 256 and "num_free_blocks" in summary

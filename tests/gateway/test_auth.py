@@ -1,0 +1,105 @@
+"""API keys and JWTs: missing, bad, revoked, expired, allowlist, role checks."""
+import time
+
+import jwt
+import pytest
+from fastapi import Depends
+
+from gateway.auth import require_role
+from tests.gateway.conftest import backend, chat_body, model
+from tests.gateway.test_errors import assert_openai_error
+
+SECRET = "jwt-test-secret-with-enough-length-32b"
+
+
+@pytest.fixture
+def gw(make_gateway, engines):
+    gw = make_gateway([model("m", [backend(engines[0])]), model("other", [backend(engines[1])])],
+                      jwt={"enabled": True, "secret": SECRET, "issuer": "https://idp",
+                           "audience": "inferplane"})
+
+    @gw.app.get("/admin/v1/ping")
+    async def ping(principal=Depends(require_role("operator"))):
+        return {"role": principal.role}
+    return gw
+
+
+def token(**claims) -> str:
+    base = {"sub": "alice", "iss": "https://idp", "aud": "inferplane", "exp": time.time() + 60,
+            "role": "user", "team": "ml", "models": ["m"]}
+    base.update(claims)
+    return jwt.encode(base, SECRET, algorithm="HS256")
+
+
+def post(gw, key=None, bearer=None, body=None):
+    with gw.client(key) as c:
+        headers = {"authorization": f"Bearer {bearer}"} if bearer else {}
+        return c.post("/v1/chat/completions", json=body or chat_body(), headers=headers)
+
+
+def test_missing_key_is_401(gw):
+    assert_openai_error(post(gw, key=None), 401, code="missing_api_key")
+
+
+def test_malformed_header_is_401(gw):
+    with gw.client(None) as c:
+        r = c.post("/v1/chat/completions", json=chat_body(), headers={"authorization": "Basic x"})
+    assert_openai_error(r, 401)
+
+
+def test_bad_key_is_401(gw):
+    assert_openai_error(post(gw, bearer="ip-not-a-key"), 401, code="invalid_api_key")
+
+
+def test_revoked_key_is_401(gw):
+    assert "revoked" in assert_openai_error(post(gw, "revoked"), 401)["message"]
+
+
+def test_expired_key_is_401(gw):
+    assert "expired" in assert_openai_error(post(gw, "expired"), 401)["message"]
+
+
+def test_model_allowlist_is_403(gw):
+    assert_openai_error(post(gw, "only_other"), 403, param="model", code="model_not_allowed")
+    assert post(gw, "only_other", body=chat_body("other")).status_code == 200
+
+
+def test_models_list_follows_allowlist(gw):
+    with gw.client("only_other") as c:
+        ids = [m["id"] for m in c.get("/v1/models").json()["data"]]
+    with gw.client("user") as c:
+        all_ids = [m["id"] for m in c.get("/v1/models").json()["data"]]
+    assert ids == ["other"]
+    assert sorted(all_ids) == ["m", "other"]
+
+
+def test_jwt_happy_path_and_model_claim(gw):
+    assert post(gw, bearer=token()).status_code == 200
+    assert_openai_error(post(gw, bearer=token(), body=chat_body("other")), 403)
+
+
+def test_jwt_expired_is_401(gw):
+    assert_openai_error(post(gw, bearer=token(exp=time.time() - 10)), 401, code="token_expired")
+
+
+def test_jwt_wrong_audience_and_issuer_are_401(gw):
+    assert "audience" in assert_openai_error(post(gw, bearer=token(aud="someone-else")), 401)[
+        "message"]
+    assert "issuer" in assert_openai_error(post(gw, bearer=token(iss="https://evil")), 401)[
+        "message"]
+
+
+def test_jwt_bad_signature_is_401(gw):
+    forged = jwt.encode({"sub": "x", "exp": time.time() + 60, "aud": "inferplane",
+                         "iss": "https://idp"}, "another-secret-of-32-bytes-length!", "HS256")
+    assert_openai_error(post(gw, bearer=forged), 401, code="invalid_token")
+
+
+def test_require_role_nests_admin_over_operator(gw):
+    with gw.client("admin") as c:
+        assert c.get("/admin/v1/ping").json() == {"role": "admin"}
+    with gw.client("user") as c:
+        assert_openai_error(c.get("/admin/v1/ping"), 403, code="forbidden")
+    with gw.client(None) as c:
+        r = c.get("/admin/v1/ping", headers={"authorization": f"Bearer {token(role='operator')}"})
+    assert r.json() == {"role": "operator"}

@@ -1,0 +1,105 @@
+"""Every client error leaves as {"error": {message, type, param, code}} with the right status."""
+import pytest
+
+from tests.gateway.conftest import backend, chat_body, model
+
+
+def assert_openai_error(response, status: int, param=None, code=None) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    if param is not None:
+        assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+@pytest.fixture
+def gw(make_gateway, engines):
+    return make_gateway([model("m", [backend(engines[0])], context_length=1000),
+                         model("down", [backend(engines[1], state="down")])])
+
+
+def test_malformed_json_is_400(gw):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", content=b"{not json",
+                   headers={"content-type": "application/json"})
+    assert_openai_error(r, 400, code="invalid_json")
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"model": "m"}, "messages"),
+    ({"model": "m", "messages": []}, "messages"),
+    ({"model": "m", "messages": "hi"}, "messages"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+     "temperature"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+     "max_tokens"),
+    ({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+])
+def test_invalid_body_is_400(gw, body, param):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=body)
+    assert_openai_error(r, 400, param=param)
+
+
+def test_n_greater_than_one_is_400(gw):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=chat_body(n=2))
+    assert_openai_error(r, 400, param="n")
+
+
+def test_max_tokens_beyond_context_is_400(gw):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=chat_body(max_tokens=5000))
+        r2 = c.post("/v1/chat/completions", json=chat_body(max_completion_tokens=5000))
+    assert_openai_error(r, 400, param="max_tokens", code="context_length_exceeded")
+    assert_openai_error(r2, 400, param="max_completion_tokens")
+
+
+def test_unknown_model_is_404(gw):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=chat_body("nope"))
+        r2 = c.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+    assert_openai_error(r, 404, param="model", code="model_not_found")
+    assert_openai_error(r2, 404, param="model")
+
+
+def test_no_ready_backend_is_503(gw):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=chat_body("down"))
+    assert_openai_error(r, 503, code="no_ready_backend")
+
+
+def test_engine_4xx_is_relayed_with_its_status(gw, engines):
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions",
+                   json={"model": "m", "messages": [{"role": "user", "content": "TOO_LONG"}]})
+    error = assert_openai_error(r, 400)
+    assert "too long" in error["message"]
+    assert engines[0].stats()["requests"] == 1  # relayed, not retried elsewhere
+
+
+def test_unknown_route_and_method_keep_the_shape(gw):
+    with gw.client() as c:
+        assert_openai_error(c.get("/v1/nothing"), 404)
+        assert_openai_error(c.get("/v1/chat/completions"), 405)
+
+
+def test_rate_limit_is_429_with_retry_after(make_gateway, engines):
+    from tests.gateway.conftest import default_keys, key
+    keys = default_keys()
+    limited = key("user", rpm=2)
+    keys[limited.key_hash] = limited
+    gw = make_gateway([model("m", [backend(engines[0])])], keys=keys)
+    with gw.client() as c:
+        codes = [c.post("/v1/chat/completions", json=chat_body()).status_code for _ in range(2)]
+        r = c.post("/v1/chat/completions", json=chat_body())
+    assert codes == [200, 200]
+    assert_openai_error(r, 429, code="rate_limit_exceeded")
+    assert int(r.headers["retry-after"]) >= 1

@@ -1,0 +1,119 @@
+"""Serve /metrics with the gateway and control-plane metric names under steady synthetic load.
+
+    python -m tests.observability.synthetic_gateway --port 9400
+
+Lets the Prometheus end-to-end test exercise recording rules and dashboard
+queries without a model; every family the dashboards read gets samples.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+MODELS = ("smollm2", "llama")
+VERSIONS = ("v1", "v2")
+BACKENDS = ("b1", "b2")
+
+
+def build_metrics(registry: CollectorRegistry) -> dict:
+    def counter(name, labels):
+        return Counter(name, name, labels, registry=registry)
+
+    def gauge(name, labels):
+        return Gauge(name, name, labels, registry=registry)
+
+    def histogram(name, labels, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)):
+        return Histogram(name, name, labels, buckets=buckets, registry=registry)
+
+    mv = ["model", "version"]
+    return {
+        "requests": counter("inferplane_requests", [*mv, "code"]),
+        "duration": histogram("inferplane_request_duration_seconds", mv),
+        "ttft": histogram("inferplane_time_to_first_token_seconds", mv),
+        "tpot": histogram("inferplane_time_per_output_token_seconds", mv),
+        "itl": histogram("inferplane_inter_token_latency_seconds", ["model"]),
+        "tokens": counter("inferplane_tokens", [*mv, "kind"]),
+        "queue_depth": gauge("inferplane_queue_depth", ["model", "priority"]),
+        "queue_wait": histogram("inferplane_queue_wait_seconds", ["model", "priority"]),
+        "rejections": counter("inferplane_rejections", ["model", "reason"]),
+        "breaker": gauge("inferplane_circuit_breaker_state", ["backend"]),
+        "routing": counter("inferplane_routing_decisions", ["model", "strategy", "backend"]),
+        "hit_estimate": gauge("inferplane_prefix_cache_hit_estimate", ["model", "backend"]),
+        "lookup_tokens": counter("inferplane_prefix_lookup_tokens", ["model"]),
+        "hit_tokens": counter("inferplane_prefix_hit_tokens", ["model"]),
+        "upstream_errors": counter("inferplane_upstream_errors", ["model", "backend", "kind"]),
+        "spend": counter("inferplane_spend_usd", ["model", "team"]),
+        "healthy": gauge("inferplane_backend_healthy", ["model", "backend"]),
+        "retries": counter("inferplane_retries", ["model"]),
+        "fallbacks": counter("inferplane_fallbacks", ["model"]),
+        "inflight": gauge("inferplane_inflight_requests", ["model", "backend"]),
+        "shadow": counter("inferplane_shadow_requests", [*mv, "outcome"]),
+        "similarity": histogram("inferplane_shadow_similarity", ["model"],
+                                buckets=(0.5, 0.8, 0.9, 0.95, 0.99, 1.0)),
+        "rollout_state": gauge("inferplane_rollout_state", ["model", "rollout"]),
+        "rollout_step": gauge("inferplane_rollout_step_started_timestamp_seconds",
+                              ["model", "rollout"]),
+        "budget": gauge("inferplane_slo_error_budget_remaining", ["model", "slo"]),
+    }
+
+
+def one_request(m: dict, rng: random.Random) -> None:
+    model, version, backend = rng.choice(MODELS), rng.choice(VERSIONS), rng.choice(BACKENDS)
+    code = "503" if rng.random() < 0.02 else "200"
+    m["requests"].labels(model, version, code).inc()
+    m["duration"].labels(model, version).observe(rng.uniform(0.2, 3.0))
+    m["ttft"].labels(model, version).observe(rng.uniform(0.05, 1.0))
+    m["tpot"].labels(model, version).observe(rng.uniform(0.01, 0.08))
+    m["itl"].labels(model).observe(rng.uniform(0.01, 0.08))
+    m["tokens"].labels(model, version, "prompt").inc(rng.randint(20, 400))
+    m["tokens"].labels(model, version, "completion").inc(rng.randint(5, 200))
+    m["queue_wait"].labels(model, "normal").observe(rng.uniform(0.0, 0.3))
+    m["routing"].labels(model, "prefix_aware", backend).inc()
+    m["lookup_tokens"].labels(model).inc(100)
+    m["hit_tokens"].labels(model).inc(rng.randint(0, 100))
+    m["spend"].labels(model, "search").inc(0.0004)
+    m["shadow"].labels(model, "v2", "ok").inc()
+    m["similarity"].labels(model).observe(rng.uniform(0.85, 1.0))
+    if code != "200":
+        m["upstream_errors"].labels(model, backend, "http_5xx").inc()
+        m["retries"].labels(model).inc()
+        m["fallbacks"].labels(model).inc()
+    if rng.random() < 0.05:
+        m["rejections"].labels(model, "rpm").inc()
+
+
+def set_gauges(m: dict, rng: random.Random, started: float) -> None:
+    for model in MODELS:
+        m["queue_depth"].labels(model, "normal").set(rng.randint(0, 5))
+        m["rollout_state"].labels(model, f"{model}-canary").set(1)
+        m["rollout_step"].labels(model, f"{model}-canary").set(started)
+        m["budget"].labels(model, "availability").set(0.8)
+        for backend in BACKENDS:
+            m["healthy"].labels(model, backend).set(1)
+            m["inflight"].labels(model, backend).set(rng.randint(0, 8))
+            m["hit_estimate"].labels(model, backend).set(rng.uniform(0.2, 0.7))
+    for backend in BACKENDS:
+        m["breaker"].labels(backend).set(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--rps", type=float, default=50.0)
+    args = parser.parse_args()
+    registry = CollectorRegistry()
+    metrics = build_metrics(registry)
+    rng, started = random.Random(7), time.time()
+    start_http_server(args.port, addr="127.0.0.1", registry=registry)
+    while True:
+        for _ in range(max(1, int(args.rps / 10))):
+            one_request(metrics, rng)
+        set_gauges(metrics, rng, started)
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()

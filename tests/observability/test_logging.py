@@ -1,0 +1,104 @@
+"""gateway.logging_setup: one JSON object per line, known fields only, prompts opt-in."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway import tracing
+from gateway.logging_setup import configure_logging
+
+LOGGER = logging.getLogger("inferplane.test.logging")
+
+
+@pytest.fixture
+def log_lines():
+    """Configure JSON logging into a buffer; return a reader of the parsed lines."""
+    root = logging.getLogger()
+    saved_level = root.level
+    stream = io.StringIO()
+    handlers = []
+
+    def configure(**kwargs):
+        handlers.append(configure_logging(stream=stream, **kwargs))
+
+    def lines() -> list[dict]:
+        return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+    yield configure, lines
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.setLevel(saved_level)
+
+
+def test_record_is_one_json_line_with_context_fields(log_lines):
+    configure, lines = log_lines
+    configure()
+    LOGGER.info("request finished\nsecond line", extra={
+        "request_id": "req-1", "model": "smollm2", "backend": "b1", "status": 200,
+        "tokens": 42, "latency_ms": 812.5, "api_key": "ip-secret"})
+    (line,) = lines()
+    assert line["msg"] == "request finished\nsecond line"
+    assert line["level"] == "INFO" and line["logger"] == "inferplane.test.logging"
+    assert line["ts"].endswith("Z") and "T" in line["ts"]
+    assert {k: line[k] for k in ("request_id", "model", "backend", "status", "tokens",
+                                 "latency_ms")} == {
+        "request_id": "req-1", "model": "smollm2", "backend": "b1", "status": 200,
+        "tokens": 42, "latency_ms": 812.5}
+    assert "api_key" not in line, "only known fields are written"
+
+
+def test_prompts_are_dropped_unless_enabled(log_lines):
+    configure, lines = log_lines
+    configure()
+    LOGGER.info("req", extra={"prompt": "my secret plan", "messages": [{"role": "user"}]})
+    configure(log_prompts=True)
+    LOGGER.info("req", extra={"prompt": "my secret plan", "completion": "ok"})
+    first, second = lines()
+    assert "prompt" not in first and "messages" not in first
+    assert second["prompt"] == "my secret plan" and second["completion"] == "ok"
+
+
+def test_trace_id_comes_from_the_active_span(log_lines):
+    configure, lines = log_lines
+    configure()
+    tracing.setup_tracing("gw", exporter=InMemorySpanExporter())
+    try:
+        with tracing.get_tracer().start_as_current_span("req"):
+            expected = tracing.current_trace_id()
+            LOGGER.info("inside")
+        LOGGER.info("outside")
+    finally:
+        tracing.shutdown_tracing()
+    inside, outside = lines()
+    assert inside["trace_id"] == expected and len(expected) == 32
+    assert "trace_id" not in outside
+
+
+def test_exceptions_and_levels(log_lines):
+    configure, lines = log_lines
+    configure(level="warning")
+    LOGGER.info("filtered out")
+    try:
+        raise RuntimeError("engine exploded")
+    except RuntimeError:
+        LOGGER.exception("upstream failed", extra={"backend": "b2"})
+    (line,) = lines()
+    assert line["level"] == "ERROR" and line["backend"] == "b2"
+    assert "RuntimeError: engine exploded" in line["exc"]
+
+
+def test_reconfiguring_does_not_duplicate_lines(log_lines):
+    configure, lines = log_lines
+    configure()
+    configure()
+    LOGGER.warning("once")
+    assert len(lines()) == 1
+
+
+def test_unknown_level_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown log level"):
+        configure_logging(level="LOUD")
