@@ -11,28 +11,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from registry import keys as keyring
 from registry.access_models import ApiKey
-from registry.models import Backend, Model, RegistryState, utcnow
+from registry.access_queries import create_key
+from registry.models import Backend, Model
+from registry.queries import bump_snapshot_version as bump_version
+from registry.queries import upsert_model
 
 from .settings import ModelSpec, Settings
 from .supervisor import EngineSpec, free_port
 
 ADMIN_KEY_NAME = "admin"
-
-
-def bump_version(session: Session) -> None:
-    state = session.get(RegistryState, 1)
-    if state is None:
-        session.add(RegistryState(id=1, version=1))
-    else:
-        state.version += 1
-        state.updated_at = utcnow()
-
-
-def _store_key(session: Session, secret: str, name: str, role: str, **fields) -> ApiKey:
-    row = ApiKey(key_hash=keyring.hash_key(secret), prefix=keyring.display_prefix(secret),
-                 name=name, role=role, **fields)
-    session.add(row)
-    return row
 
 
 def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]:
@@ -50,24 +37,19 @@ def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]
     with sessions.begin() as session:
         digest = keyring.hash_key(secret)
         if session.scalar(select(ApiKey).where(ApiKey.key_hash == digest)) is None:
-            _store_key(session, secret, ADMIN_KEY_NAME, "admin")
+            create_key(session, ADMIN_KEY_NAME, role="admin", secret=secret)
             bump_version(session)
     return secret, created
 
 
 def _upsert_model(session: Session, spec: ModelSpec) -> Model:
-    row = session.scalar(select(Model).where(Model.name == spec.name))
-    if row is None:
-        row = Model(name=spec.name)
-        session.add(row)
-    row.tier = spec.tier
-    row.context_length = spec.context_length or row.context_length
-    row.fallbacks = list(spec.fallbacks)
-    row.price_in_per_1k, row.price_out_per_1k = spec.price_in_per_1k, spec.price_out_per_1k
+    fields = dict(tier=spec.tier, fallbacks=list(spec.fallbacks),
+                  price_in_per_1k=spec.price_in_per_1k, price_out_per_1k=spec.price_out_per_1k)
+    if spec.context_length:
+        fields["context_length"] = spec.context_length
     if spec.routing:
-        row.routing = spec.routing
-    session.flush()
-    return row
+        fields["routing"] = spec.routing
+    return upsert_model(session, spec.name, **fields)[0]
 
 
 def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSpec]:
@@ -117,11 +99,11 @@ def create_key_cli(settings: Settings, args: argparse.Namespace) -> int:
     url = settings.resolved_database_url()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     upgrade(url, progress=None)
-    secret = keyring.generate_key()
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     with make_session_factory(url).begin() as session:
-        _store_key(session, secret, args.name, args.role, team=args.team, models=models,
-                   rpm_limit=args.rpm_limit, tpm_limit=args.tpm_limit, priority=args.priority)
+        _, secret = create_key(session, args.name, role=args.role, team=args.team, models=models,
+                               rpm_limit=args.rpm_limit, tpm_limit=args.tpm_limit,
+                               priority=args.priority)
         bump_version(session)
     print(secret)
     print(f"key {args.name!r} ({args.role}) created; the secret is shown only once",

@@ -46,6 +46,20 @@ def _build_app(settings: Settings, sessions, snapshots):
     return app
 
 
+@contextlib.asynccontextmanager
+async def _usage_to_sql(app, sessions):
+    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit."""
+    from .usage_sink import sql_usage_writer
+
+    writer = sql_usage_writer(sessions)
+    await writer.start()
+    app.state.gateway.usage_sinks.append(writer.record)
+    try:
+        yield writer
+    finally:
+        await writer.close()
+
+
 def _server(app, settings: Settings) -> uvicorn.Server:
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                             http="httptools", loop="none", lifespan="on",
@@ -81,10 +95,11 @@ async def _up(settings: Settings) -> None:
         background.append(asyncio.create_task(snapshots.run()))
         background.append(asyncio.create_task(
             HealthProber(sessions, on_change=snapshots.refresh).run()))
-        server = _server(_build_app(settings, sessions, snapshots), settings)
-        _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, "
-             f"admin API at /admin/v1, metrics at /metrics (Ctrl-C stops everything)")
-        await server.serve()
+        app = _build_app(settings, sessions, snapshots)
+        async with _usage_to_sql(app, sessions):
+            _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
+                 f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
+            await _server(app, settings).serve()
     finally:
         for task in background:
             task.cancel()
@@ -95,6 +110,8 @@ async def _up(settings: Settings) -> None:
 def _run(main) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("httpx", "httpcore", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         import uvloop
         uvloop.install()
@@ -118,7 +135,9 @@ async def _gateway(settings: Settings) -> None:
     task = asyncio.create_task(snapshots.run())
     try:
         from gateway.app import create_gateway_app
-        await _server(create_gateway_app(_gateway_settings(settings), snapshots), settings).serve()
+        app = create_gateway_app(_gateway_settings(settings), snapshots)
+        async with _usage_to_sql(app, sessions):
+            await _server(app, settings).serve()
     finally:
         task.cancel()
 

@@ -54,6 +54,8 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     from ..tokenizer import load_tokenizer
 
     dtype = torch_dtype(config.dtype)
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {config.device!r} requested but CUDA is not available")
     source = resolve_model(config.model)
     if progress is not None:
         progress("reading metadata", 0.0)

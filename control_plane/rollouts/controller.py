@@ -1,0 +1,218 @@
+"""The rollout controller: every tick, one scrape of the gateways' metrics, then each active
+rollout moves at most one phase.
+
+    pending      waits for a ready backend of the candidate (and an error budget), then step 0
+    progressing  holds step i for pause_s; every analysis interval compares the candidate's
+                 traffic with the stable version's over that interval; a step ends once its
+                 pause is over and a measurement passed. Inconclusive → paused; more than
+                 failure_limit failures → aborting; after the last step → promoting
+    promoting    the alias already points at the candidate; the old version stays routable
+                 (weight 0) for warm_delay_s, then succeeded
+    aborting     the candidate's weight is 0; one tick later rolled_back
+
+Each transition commits with its audit row and a snapshot-version bump; `on_change` then
+runs (e.g. the snapshot source's refresh) so gateways route on it at once. Baselines for
+the interval deltas live in memory: after a restart the first tick of a step re-baselines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from registry.models import Rollout
+from registry.queries import audit, bump_snapshot_version
+
+from . import store, transitions as t
+from .analysis import measure
+from .gauges import RolloutGauges
+from .metrics_source import MetricsUnavailable, Scrape
+
+if TYPE_CHECKING:  # slo.py reads Scrape from this package
+    from control_plane.slo import SloTracker
+
+log = logging.getLogger("inferplane.rollouts")
+
+ACTOR = "rollout-controller"
+DEFAULT_TICK_S = 5.0
+
+
+@dataclass
+class Baseline:
+    scrape: Scrape
+    at: float
+
+
+class RolloutController:
+    def __init__(self, sessions: Callable[[], Session], metrics_source, on_change=None, *,
+                 slo: SloTracker | None = None, registry: CollectorRegistry | None = None,
+                 tick_s: float = DEFAULT_TICK_S, clock: Callable[[], float] = time.time):
+        self._sessions = sessions
+        self.metrics_source = metrics_source
+        self.on_change = on_change
+        self.slo = slo
+        self.gauges = RolloutGauges(registry)
+        self.tick_s = tick_s
+        self._clock = clock
+        self._baselines: dict[int, Baseline] = {}
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad tick (database blip) must not end the controller
+                log.exception("rollout tick failed")
+            await asyncio.sleep(self.tick_s)
+
+    async def tick(self) -> list[int]:
+        """Advance every active rollout once; returns the ids whose routing changed."""
+        scrape = await self._scrape()
+        changed = await asyncio.to_thread(self._advance_all, scrape)
+        if self.slo is not None:
+            await asyncio.to_thread(self.slo.export)
+        if changed and self.on_change is not None:
+            result = self.on_change()
+            if inspect.isawaitable(result):
+                await result
+        return changed
+
+    async def _scrape(self) -> Scrape | None:
+        try:
+            scrape = await self.metrics_source.scrape()
+        except MetricsUnavailable as exc:
+            log.warning("no metrics this tick: %s", exc)
+            return None
+        if self.slo is not None:
+            self.slo.observe(scrape)
+        return scrape
+
+    def _advance_all(self, scrape: Scrape | None) -> list[int]:
+        with self._sessions() as session:
+            ids = store.active_ids(session)
+        changed = []
+        for rollout_id in ids:
+            try:
+                if self._advance_one(rollout_id, scrape):
+                    changed.append(rollout_id)
+            except StaleDataError:  # an operator changed it meanwhile; next tick sees that
+                log.info("rollout %s changed concurrently; retrying next tick", rollout_id)
+        return changed
+
+    def _advance_one(self, rollout_id: int, scrape: Scrape | None) -> bool:
+        with self._sessions() as session, session.begin():
+            rollout = store.load(session, rollout_id)
+            before = (t.phase_of(rollout), rollout.step, rollout.weight)
+            self._advance(session, rollout, scrape, self._clock())
+            after = (t.phase_of(rollout), rollout.step, rollout.weight)
+            if after != before:
+                audit(session, ACTOR, f"rollout_{after[0]}", "rollout", rollout.id,
+                      before=_image(before), after=_image(after),
+                      message=t.status_of(rollout).get("reason", ""))
+                bump_snapshot_version(session)
+            model = store.model_names(session, [rollout])[rollout.model_id]
+            self.gauges.update(model, rollout)
+        if after[0] in ("paused", "succeeded", "rolled_back"):
+            self._baselines.pop(rollout_id, None)
+        return after != before
+
+    def _advance(self, session: Session, rollout: Rollout, scrape: Scrape | None,
+                 now: float) -> None:
+        phase = t.phase_of(rollout)
+        if phase == "pending":
+            self._pending(session, rollout, now)
+        elif phase == "progressing":
+            self._progressing(session, rollout, scrape, now)
+        elif phase == "promoting":
+            if now - t.status_of(rollout)["since"] >= t.spec_of(rollout).warm_delay_s:
+                t.finish(session, rollout, "old version released after warm delay", now)
+        elif phase == "aborting":
+            t.finish(session, rollout, "candidate weight is 0; rolled back", now)
+
+    # --- phases -------------------------------------------------------------------------
+
+    def _pending(self, session: Session, rollout: Rollout, now: float) -> None:
+        spec = t.spec_of(rollout)
+        if not store.candidate_ready(session, rollout):
+            waited = now - t.status_of(rollout)["since"]
+            if waited >= spec.start_timeout_s:
+                t.abort(session, rollout, f"no ready backend of version "
+                        f"'{rollout.to_version.label}' after {waited:.0f}s", now)
+            return
+        if self._budget_pause(session, rollout, now):
+            return
+        t.start_step(session, rollout, 0, "candidate backend ready; step 0", now)
+
+    def _progressing(self, session: Session, rollout: Rollout, scrape: Scrape | None,
+                     now: float) -> None:
+        if self._budget_pause(session, rollout, now):
+            return
+        spec = t.spec_of(rollout)
+        if spec.analysis is not None and not self._analyse(session, rollout, scrape, now):
+            return
+        status = t.status_of(rollout)
+        step = spec.steps[rollout.step]
+        if now - status["step_started_at"] < step.pause_s:
+            return
+        if spec.analysis is not None and status.get("passed_in_step", 0) < 1:
+            return
+        if rollout.step + 1 < len(spec.steps):
+            t.start_step(session, rollout, rollout.step + 1, f"step {rollout.step} done", now)
+        else:
+            t.promote(session, rollout, ACTOR, "all steps passed; alias swapped", now)
+
+    def _analyse(self, session: Session, rollout: Rollout, scrape: Scrape | None,
+                 now: float) -> bool:
+        """Take a measurement when one is due; False when the rollout left progressing."""
+        spec = t.spec_of(rollout)
+        if scrape is None:
+            return True
+        baseline = self._baselines.get(rollout.id)
+        if baseline is None or baseline.at < t.status_of(rollout)["step_started_at"]:
+            self._baselines[rollout.id] = Baseline(scrape, now)
+            return True
+        if now - baseline.at < spec.analysis.interval_s:
+            return True
+        stable = rollout.from_version.label if rollout.from_version else ""
+        model = store.model_names(session, [rollout])[rollout.model_id]
+        result = measure(scrape.since(baseline.scrape), model, stable,
+                         rollout.to_version.label, spec.analysis, now - baseline.at)
+        self._baselines[rollout.id] = Baseline(scrape, now)
+        t.record_measurement(session, rollout, result)
+        if result.verdict == "inconclusive":
+            t.pause(session, rollout, f"inconclusive measurement: {result.message}", now)
+            return False
+        failures = t.status_of(rollout).get("failures", 0)
+        if result.verdict == "fail" and failures > spec.analysis.failure_limit:
+            t.abort(session, rollout, f"{failures} failed measurements (failure_limit "
+                    f"{spec.analysis.failure_limit}); last: {result.message}", now)
+            return False
+        return True
+
+    def _budget_pause(self, session: Session, rollout: Rollout, now: float) -> bool:
+        if self.slo is None or t.spec_of(rollout).force:
+            return False
+        model = store.model_names(session, [rollout])[rollout.model_id]
+        spent = self.slo.nearly_spent(session, model)
+        if not spent:
+            return False
+        t.pause(session, rollout, "error budget nearly spent: " +
+                "; ".join(b.describe() for b in spent) + "; resume with force to override", now)
+        return True
+
+
+def _image(state: tuple[str, int, float]) -> dict:
+    return {"state": state[0], "step": state[1], "weight": state[2]}
+
+
+__all__ = ["ACTOR", "RolloutController"]
