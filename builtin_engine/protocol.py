@@ -107,3 +107,11 @@ class CompletionRequest(_GenerationRequest):
                 raise ValueError("only one prompt per request is supported")
             return value[0]
         return value
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: either a prompt or chat messages (rendered with the chat template)."""
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True

@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, error_response)
+from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
+                       error_response)
 from .serving import TextChunk, generate_text, resolve_max_tokens
 
 
@@ -45,6 +46,16 @@ class EngineService:
         except Exception as exc:  # a template may reject a conversation (e.g. role order)
             raise EngineError(400, f"chat template rejected the messages: {exc}", "messages")
         return self.tokenizer.encode(text)
+
+    def tokenize(self, body: TokenizeRequest) -> list[int]:
+        if body.messages is not None:
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=body.add_generation_prompt)
+            return self.tokenizer.encode(text)
+        if body.prompt is None:
+            raise EngineError(400, "give either prompt or messages", param="prompt")
+        return self.tokenizer.encode(body.prompt)
 
     def completion_prompt(self, body: CompletionRequest) -> list[int]:
         if isinstance(body.prompt, list):
@@ -151,6 +162,12 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
     async def completions(body: CompletionRequest, request: Request):
         service.check_model(body.model)
         return await service.run(request, body, service.completion_prompt(body), "completion")
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest):
+        service.check_model(body.model)
+        tokens = service.tokenize(body)
+        return {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens}
 
     @app.get("/v1/models")
     async def models():

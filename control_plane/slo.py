@@ -104,12 +104,12 @@ class SloTracker:
                             bad, _remaining(slo.objective, total, bad))
 
     def export(self) -> list[BudgetStatus]:
-        """Evaluate every SLO (global ones per model with traffic) into the gauge."""
+        """Evaluate every SLO into the gauge; a global SLO once per model with traffic."""
         with self._sessions() as session:
-            names = set(session.scalars(select(Model.name)))
-            if self._latest is not None:
-                names &= {m for m, _ in self._latest.series} | set(
-                    session.scalars(select(Model.name).join(Slo, Slo.model_id == Model.id)))
+            names = set(session.scalars(select(Model.name).join(Slo, Slo.model_id == Model.id)))
+            has_global = session.scalar(select(Slo.id).where(Slo.model_id.is_(None)).limit(1))
+            if has_global is not None and self._latest is not None:
+                names |= {model for model, _ in self._latest.series}
             statuses = [b for name in sorted(names) for b in self.budgets(session, name)]
         for status in statuses:
             self.gauge.labels(status.model, status.slo).set(status.remaining)

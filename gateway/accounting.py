@@ -40,6 +40,7 @@ class Accounting:
         self.error_kind: str | None = None
         self.permit = None     # breaker permit of the current backend
         self.ticket = None     # admission ticket
+        self.text_parts: list[str] | None = None  # the answer, kept only when compared
         self._finished = False
         self.on_finish = []  # callables(acct) run at finish (limits reconcile, admission release)
 
@@ -77,6 +78,14 @@ class Accounting:
         if isinstance(usage, dict):
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
             self.completion_tokens = int(usage.get("completion_tokens") or 0)
+
+    def collect_text(self) -> None:
+        """Keep the answer's text (a shadow copy compares against it)."""
+        if self.text_parts is None:
+            self.text_parts = []
+
+    def text(self) -> str | None:
+        return None if self.text_parts is None else "".join(self.text_parts)
 
     # -- outcome -------------------------------------------------------------
     def upstream_error(self, backend, kind: str) -> None:

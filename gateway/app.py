@@ -31,6 +31,7 @@ def _lifespan(state: GatewayState):
             for task in state.tasks:
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)
+            await state.shadow.close()
             await state.limits.close()
             await state.adapters.aclose()
     return lifespan

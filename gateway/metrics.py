@@ -12,6 +12,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2,
                          0.3, 0.5, 1.0, 2.5)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 BREAKER_STATE = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
 
 
@@ -69,6 +70,29 @@ class GatewayMetrics:
         self.shadow_similarity = Histogram("inferplane_shadow_similarity",
                                            "Similarity of shadow and primary answers", ["model"],
                                            buckets=SIMILARITY_BUCKETS, registry=r)
+        # The shadow side's own latency families: separate from the client-facing ones so that
+        # request totals, SLOs and alerts only ever count what clients received.
+        self.shadow_duration = Histogram(
+            "inferplane_shadow_request_duration_seconds", "Shadow copy end-to-end latency",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.shadow_ttft = Histogram(
+            "inferplane_shadow_time_to_first_token_seconds", "Shadow copy time to first token",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.shadow_length_ratio = Histogram(
+            "inferplane_shadow_length_ratio", "Shadow answer length / primary answer length",
+            ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
+
+    def shadow_record(self, record) -> None:
+        """Metrics of one finished shadow copy (a gateway.splits.ShadowRecord)."""
+        self.shadow_requests.labels(record.model, record.version, record.outcome).inc()
+        self.shadow_duration.labels(record.model, record.version).observe(record.shadow_latency_s)
+        if record.shadow_ttft_s is not None:
+            self.shadow_ttft.labels(record.model, record.version).observe(record.shadow_ttft_s)
+        if record.similarity is not None:
+            self.shadow_similarity.labels(record.model).observe(record.similarity)
+        if record.error is None and record.primary_chars:
+            self.shadow_length_ratio.labels(record.model).observe(
+                record.shadow_chars / record.primary_chars)
 
     def set_breaker(self, backend: str, state: str) -> None:
         self.breaker_state.labels(backend).set(BREAKER_STATE.get(state, 0))

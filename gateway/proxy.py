@@ -19,6 +19,7 @@ from gateway.errors import OpenAIError, error_from_upstream
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
 from gateway.resolve import choose_version, resolve_model
 from gateway.routing import RouteContext
+from gateway.shadow import start_shadows
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, parse_body, \
     requested_max_tokens
 from gateway.state import GatewayState
@@ -105,6 +106,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
                               code="no_ready_backend")
         await _admit(state, call, model_view, principal, prompt_tokens + (
             requested_max_tokens(req) or 0))
+        start_shadows(state, call, model_view, version)
         return await _dispatch(request, state, call, model_view, version)
     except OpenAIError as exc:
         acct.finish(exc.status)
@@ -218,6 +220,8 @@ async def _try_backend(request: Request, state: GatewayState, call: Call, model_
                                  media_type="text/event-stream", headers=SSE_HEADERS)
     text = chat_text if call.kind == "chat" else completion_text
     content = finish_json(result, call.acct, call.requested, text)
+    if call.acct.text_parts is not None:
+        call.acct.text_parts.append(text(result))
     call.acct.upstream_ok()
     call.acct.finish(200)
     return Response(content, media_type="application/json")

@@ -23,7 +23,7 @@ def error_event(message: str, type_: str = "upstream_error", code: str | None = 
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-def _is_done(event: bytes) -> bool:
+def is_done(event: bytes) -> bool:
     return event.startswith(b"data: [DONE]") or event.startswith(b"data:[DONE]")
 
 
@@ -31,7 +31,7 @@ def _has_usage(event: bytes) -> bool:
     return b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event
 
 
-def _payload(event: bytes) -> dict | None:
+def payload(event: bytes) -> dict | None:
     start = event.find(b"data:")
     if start < 0:
         return None
@@ -44,7 +44,7 @@ def _payload(event: bytes) -> dict | None:
 
 def _usage_event(event: bytes, acct: Accounting, client_wants_usage: bool) -> bytes | None:
     """Account the usage in `event`; what to forward (None drops a usage-only chunk)."""
-    data = _payload(event)
+    data = payload(event)
     if data is None:
         return event
     acct.usage(data.get("usage"))
@@ -61,7 +61,7 @@ async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usag
     saw_done = False
     try:
         async for event in stream:
-            if _is_done(event):
+            if is_done(event):
                 saw_done = True
                 break
             if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
@@ -72,6 +72,8 @@ async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usag
                     continue
             else:
                 acct.chunk()
+                if acct.text_parts is not None:
+                    acct.text_parts.append(delta_text(payload(event)))
             if rename is not None:
                 event = event.replace(rename[0], rename[1], 1)
             yield event
@@ -105,6 +107,17 @@ def finish_json(result: dict, acct: Accounting, requested: str, completion_text)
     acct.usage(usage)
     result["model"] = requested
     return orjson.dumps(result)
+
+
+def delta_text(chunk: dict | None) -> str:
+    """The text one streamed chat or completion chunk adds."""
+    if not chunk:
+        return ""
+    out = []
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta")
+        out.append((delta.get("content") if isinstance(delta, dict) else choice.get("text")) or "")
+    return "".join(out)
 
 
 def chat_text(result: dict) -> str:

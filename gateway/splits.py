@@ -84,6 +84,15 @@ class ShadowRecord:
     primary_chars: int | None
     similarity: float | None        # None when either side has no text
     error: str | None
+    outcome: str = "ok"             # ok | error | timeout
+    shadow_ttft_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ShadowReply:
+    """What a shadow copy produced; a factory may return this instead of plain text."""
+    text: str
+    ttft_s: float | None = None
 
 
 class ShadowHandle:
@@ -113,10 +122,10 @@ class ShadowMirror:
     def running(self) -> int:
         return len(self._tasks)
 
-    def mirror(self, coro_factory: Callable[[], Awaitable[str]], model: str = "",
+    def mirror(self, coro_factory: Callable[[], Awaitable["str | ShadowReply"]], model: str = "",
                version: str = "") -> ShadowHandle | None:
         """Start the shadow copy; None when saturated (the copy is dropped). The factory is only
-        called when the copy runs, and must return the shadow's response text."""
+        called when the copy runs, and must return the shadow's response text (or a ShadowReply)."""
         if len(self._tasks) >= self.max_concurrency:
             self.dropped += 1
             return None
@@ -127,22 +136,25 @@ class ShadowMirror:
         task.add_done_callback(self._tasks.discard)
         return handle
 
-    async def _run(self, coro_factory: Callable[[], Awaitable[str]], handle: ShadowHandle,
+    async def _run(self, coro_factory: Callable[[], Awaitable["str | ShadowReply"]], handle: ShadowHandle,
                    model: str, version: str) -> None:
         started = time.monotonic()
-        text, error = None, None
+        text, ttft, error, outcome = None, None, None, "ok"
         try:
             async with asyncio.timeout(self.timeout_s):
-                text = await coro_factory()
+                reply = await coro_factory()
+            text, ttft = (reply.text, reply.ttft_s) if isinstance(reply, ShadowReply) \
+                else (reply, None)
         except Exception as exc:        # the shadow's failure is data, not an error upstream
             self.failed += 1
             error = f"{type(exc).__name__}: {exc}"
+            outcome = "timeout" if isinstance(exc, TimeoutError) else "error"
         latency = time.monotonic() - started
         primary_text, primary_latency = await self._primary_result(handle, started)
         self._record(ShadowRecord(
             model, version, latency, len(text or ""), primary_latency,
             None if primary_text is None else len(primary_text),
-            self._similarity(primary_text, text), error))
+            self._similarity(primary_text, text), error, outcome, ttft))
 
     async def _primary_result(self, handle: ShadowHandle, started: float):
         remaining = max(0.0, self.timeout_s - (time.monotonic() - started))

@@ -14,6 +14,7 @@ from gateway.jwt_auth import JWTVerifier
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
+from gateway.splits import ShadowMirror
 from gateway.usage_record import UsageRecord
 
 log = logging.getLogger("inferplane.gateway")
@@ -57,6 +58,7 @@ class GatewayState:
     limiter: object | None = None
     admission: object | None = None
     limits: object | None = None
+    shadow: ShadowMirror | None = None
     usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
 
@@ -74,6 +76,10 @@ class GatewayState:
             on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
         self.router = self.router or Router(self.settings.routing, self.metrics, self.breaker)
         self.adapters = self.adapters or AdapterPool(self.settings)
+        sh = self.settings.shadow
+        self.shadow = self.shadow or ShadowMirror(max_concurrency=sh.max_concurrent,
+                                                  timeout_s=sh.timeout_s,
+                                                  on_record=self.metrics.shadow_record)
         if self.jwt is None and self.settings.jwt.enabled:
             self.jwt = JWTVerifier(self.settings.jwt)
 

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Query, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Query
 from pydantic import ValidationError
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.admin.common import (
     ADMIN_PREFIX, AdminContext, Page, PageDep, actor_of, install_admin_error_handlers, operator,
@@ -142,10 +143,12 @@ def _refuse_if_budget_spent(session, slo: SloTracker, model: str) -> None:
             type="conflict_error", param="force", code="error_budget_exhausted")
 
 
-def include_rollout_routes(app: FastAPI, ctx: AdminContext,
-                           slo: SloTracker | None = None) -> None:
+def include_rollout_routes(app: FastAPI, session_factory: sessionmaker[Session],
+                           snapshot_source, slo: SloTracker | None = None) -> None:
+    """Mount /admin/v1/rollouts next to the other admin routers (same error mapping)."""
     if RegistryError not in app.exception_handlers:
         install_admin_error_handlers(app)
+    ctx = AdminContext(session_factory, snapshot_source)
     app.include_router(build_rollouts_router(ctx, slo), prefix=ADMIN_PREFIX)
 
 

@@ -121,7 +121,7 @@ class RolloutController:
                       message=t.status_of(rollout).get("reason", ""))
                 bump_snapshot_version(session)
             model = store.model_names(session, [rollout])[rollout.model_id]
-            self.gauges.update(model, rollout)
+        self.gauges.update(model, rollout)  # after the commit: only states that happened
         if after[0] in ("paused", "succeeded", "rolled_back"):
             self._baselines.pop(rollout_id, None)
         return after != before

@@ -126,10 +126,15 @@ class AdapterManager:
         return _Plan(best[1], best[2]) if best else None
 
     def _time_to_evictable(self, backends: list[BackendRow]) -> float:
-        now = self.clock()
-        ages = [self.min_residency_s - (now - r.loaded_at)
-                for b in backends for r in self._resident.get(b.url, {}).values()]
-        return max(min(ages, default=self.min_residency_s), 0.0)
+        """Until some engine's least recently used adapter may go. Waiting for the first
+        adapter to mature instead would evict whichever loaded first, used or not."""
+        now, waits = self.clock(), []
+        for b in backends:
+            slots = self._resident.get(b.url)
+            if slots:
+                lru = min(slots.values(), key=lambda r: r.last_used)
+                waits.append(self.min_residency_s - (now - lru.loaded_at))
+        return max(min(waits, default=self.min_residency_s), 0.0)
 
     async def _execute(self, model: str, adapter: str, source: str, plan: _Plan) -> str | None:
         url = plan.backend.url

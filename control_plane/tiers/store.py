@@ -40,7 +40,7 @@ class BackendRow:
 
 def model_tiers(sessions: sessionmaker[Session]) -> dict[str, str]:
     with sessions() as session:
-        return dict(session.execute(select(Model.name, Model.tier)).tuples().all())
+        return dict(session.execute(select(Model.name, Model.tier)).all())
 
 
 def model_tier(sessions: sessionmaker[Session], name: str) -> str:

@@ -94,3 +94,11 @@ def test_models_metrics_and_kv_summary(engine_url):
     assert "vllm:num_requests_running" in metrics
     summary = httpx.get(engine_url + "/kv/summary").json()
     assert summary["num_blocks"] == 256 and "num_free_blocks" in summary
+
+
+def test_tokenize_matches_chat_prompt_length(engine_url):
+    messages = [{"role": "user", "content": "hello there"}]
+    tokens = httpx.post(engine_url + "/tokenize", json={"messages": messages}).json()
+    usage = _chat(engine_url, messages=messages, max_tokens=1).json()["usage"]
+    assert tokens["count"] == usage["prompt_tokens"] == len(tokens["tokens"])
+    assert httpx.post(engine_url + "/tokenize", json={}).status_code == 400

@@ -1,0 +1,83 @@
+"""Tier routes under /admin/v1, for gateways running apart from the control plane.
+
+POST /admin/v1/models/{name}/wake      start a cold model's engine (and load an adapter)
+POST /admin/v1/models/{name}/activity  request counts seen by a gateway (idleness, promotion)
+GET  /admin/v1/tiers                   what the tier manager is doing
+
+A wake answers 200 once the engine is ready (within `wait_s`), 202 while it is still
+starting (the start goes on; the gateway waits on its snapshot), or the error that stopped it.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.admin.common import ADMIN_PREFIX, operator
+from gateway.auth import Principal
+from gateway.errors import OpenAIError
+
+from .adapters import AdapterSlotsBusy
+from .manager import TierManager
+from .store import TierError
+
+MAX_WAKE_WAIT_S = 60.0  # one HTTP call holds no longer; the caller polls its snapshot after
+QUICK_ERROR_S = 0.2
+
+
+class WakeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    adapter: str | None = Field(None, min_length=1, max_length=200)
+    wait_s: float = Field(0.0, ge=0.0, le=MAX_WAKE_WAIT_S)
+
+
+class ActivityBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    requests: int = Field(ge=0, le=1_000_000)
+
+
+def tier_error(exc: TierError) -> OpenAIError:
+    headers = {}
+    if isinstance(exc, AdapterSlotsBusy):
+        headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
+    return OpenAIError(exc.status, str(exc), code=exc.code, headers=headers)
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # logged by the manager; retrieved so asyncio does not warn
+
+
+def build_tiers_router(tiers: TierManager) -> APIRouter:
+    router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin: tiers"])
+
+    @router.post("/models/{name}/wake")
+    async def wake(name: str, body: WakeBody | None = None, _: Principal = Depends(operator)):
+        body = body or WakeBody()
+        # The start outlives this call: a client that stops waiting must not cancel it.
+        task = asyncio.ensure_future(tiers.wake(name, body.adapter))
+        task.add_done_callback(_retrieve)
+        # A short floor so errors found at once (unknown model, no engine budget) answer here.
+        done, _pending = await asyncio.wait({task}, timeout=max(body.wait_s, QUICK_ERROR_S))
+        if not done:
+            return JSONResponse({"model": name, "state": "starting"}, status_code=202)
+        try:
+            url = task.result()
+        except TierError as exc:
+            raise tier_error(exc) from None
+        return {"model": name, "state": "ready", "url": url, "adapter": body.adapter}
+
+    @router.post("/models/{name}/activity", status_code=204)
+    async def activity(name: str, body: ActivityBody, _: Principal = Depends(operator)):
+        tiers.note_request(name, body.requests)
+
+    @router.get("/tiers")
+    async def status(_: Principal = Depends(operator)):
+        return {"object": "list", "data": tiers.status()}
+
+    return router
+
+
+__all__ = ["build_tiers_router", "tier_error"]

@@ -1,0 +1,151 @@
+"""Cold starts from the request path: hold a request while the control plane starts an engine.
+
+A cold model has no engine until its first request. The gateway asks a ColdStarter for a ready
+backend and waits (within a cold-start budget) until its RoutingSnapshot shows one; only then
+does the request go on to admission and routing. Two implementations, one interface:
+
+- `InProcessColdStarter(tiers, snapshot_source)`: `inferplane up` (gateway and control plane in
+  one process) calls `TierManager.ensure_started` directly.
+- `HttpColdStarter(control_plane_url, api_key, snapshot_source)`: a gateway running apart POSTs
+  `/admin/v1/models/{name}/wake` to the control plane (an operator-role key) and batches its
+  request counts to `/admin/v1/models/{name}/activity`.
+
+Where the request path calls it (gateway/proxy.py, `proxy_request`):
+1. Right after `resolve_model(...)` has produced `model_view` (and `adapter`), for every request:
+   `state.cold_starter.note_request(model_view.name)`. The tier manager's idle timer and the
+   warm/cold promotion rate both come from these calls; without them a busy cold engine would
+   be stopped after `idle_s`.
+2. At the check that raises 503 `no_ready_backend` (no router candidate in any attempt plan),
+   before raising: when `state.cold_starter` is set and the model is cold or warm (or the
+   request names an adapter no ready backend holds),
+   `ok = await state.cold_starter.ensure_backend(model_view.name, budget_s, adapter=adapter)`;
+   on True re-read `snapshot = state.snapshot`, re-resolve `model_view` from it and continue to
+   admission; on False raise the 503 (`code="cold_start_timeout"`, with a Retry-After). Use
+   the gateway's cold-start budget setting for `budget_s` (e.g. 60 s; the queue timeout should
+   not start counting until this returns).
+`ensure_backend` never raises for an unstartable model: it logs why and returns False.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Protocol
+
+import httpx
+
+log = logging.getLogger("inferplane.coldstart")
+
+POLL_S = 0.05
+
+
+class ColdStarter(Protocol):
+    def note_request(self, model_name: str) -> None: ...
+
+    async def ensure_backend(self, model_name: str, budget_s: float,
+                             adapter: str | None = None) -> bool: ...
+
+
+def has_ready_backend(snapshot, model_name: str, adapter: str | None = None) -> bool:
+    model = snapshot.models.get(model_name)
+    if model is None:
+        return False
+    return any(b.state == "ready" and (adapter is None or adapter in b.adapters)
+               for b in model.backends)
+
+
+async def wait_for_snapshot(snapshot_source, model_name: str, adapter: str | None,
+                            deadline: float) -> bool:
+    """Until the snapshot shows a ready backend (holding `adapter`), or the deadline."""
+    while True:
+        if has_ready_backend(snapshot_source.current, model_name, adapter):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+
+
+class InProcessColdStarter:
+    def __init__(self, tiers, snapshot_source):
+        self.tiers, self.snapshots = tiers, snapshot_source
+
+    def note_request(self, model_name: str) -> None:
+        self.tiers.note_request(model_name)
+
+    async def ensure_backend(self, model_name: str, budget_s: float,
+                             adapter: str | None = None) -> bool:
+        deadline = time.monotonic() + budget_s
+        if has_ready_backend(self.snapshots.current, model_name, adapter):
+            return True
+        from control_plane.tiers.store import TierError
+
+        try:  # the start itself is shielded: this request giving up does not cancel it
+            await asyncio.wait_for(self.tiers.wake(model_name, adapter), budget_s)
+        except asyncio.TimeoutError:
+            log.info("cold start of %s still running after the %.0fs budget", model_name, budget_s)
+            return False
+        except TierError as exc:
+            log.warning("cannot start %s: %s", model_name, exc)
+            return False
+        return await wait_for_snapshot(self.snapshots, model_name, adapter, deadline)
+
+
+class HttpColdStarter:
+    def __init__(self, control_plane_url: str, api_key: str, snapshot_source,
+                 client: httpx.AsyncClient | None = None, flush_interval_s: float = 5.0):
+        self.base = control_plane_url.rstrip("/") + "/admin/v1/models"
+        self.snapshots, self.flush_interval_s = snapshot_source, flush_interval_s
+        self._headers = {"authorization": f"Bearer {api_key}"}
+        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(70.0, connect=5.0))
+        self._counts: Counter[str] = Counter()
+
+    def note_request(self, model_name: str) -> None:
+        self._counts[model_name] += 1
+
+    async def ensure_backend(self, model_name: str, budget_s: float,
+                             adapter: str | None = None) -> bool:
+        deadline = time.monotonic() + budget_s
+        if has_ready_backend(self.snapshots.current, model_name, adapter):
+            return True
+        body = {"wait_s": max(0.0, min(budget_s, 60.0))}
+        if adapter is not None:
+            body["adapter"] = adapter
+        try:
+            response = await self._client.post(f"{self.base}/{model_name}/wake", json=body,
+                                                headers=self._headers,
+                                                timeout=body["wait_s"] + 10.0)
+        except httpx.HTTPError as exc:
+            log.warning("wake of %s failed: control plane unreachable: %s", model_name, exc)
+            return False
+        if response.status_code not in (200, 202):
+            log.warning("wake of %s refused (%d): %s", model_name, response.status_code,
+                        response.text[:300])
+            return False
+        return await wait_for_snapshot(self.snapshots, model_name, adapter, deadline)
+
+    async def flush(self) -> None:
+        """Send the request counts gathered since the last flush (lost ones are re-counted
+        next time only if the POST failed before the control plane took them)."""
+        counts, self._counts = self._counts, Counter()
+        for name, n in counts.items():
+            try:
+                response = await self._client.post(f"{self.base}/{name}/activity",
+                                                   json={"requests": n}, headers=self._headers)
+                if response.status_code >= 500:
+                    self._counts[name] += n
+            except httpx.HTTPError:
+                self._counts[name] += n
+
+    async def run(self) -> None:
+        """Flush activity every interval until cancelled."""
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+__all__ = ["ColdStarter", "HttpColdStarter", "InProcessColdStarter", "has_ready_backend",
+           "wait_for_snapshot"]
