@@ -1,44 +1,61 @@
 """Gateway overhead: a fast mock engine called directly vs through the gateway.
 
     python bench/gateway_overhead.py [--rates 100,500,1000] [--duration 10] [--stream both]
+        [--max-duration 10] [--connections 64] [--profile DIR]
 
-Open-loop load at each fixed rate (requests start on schedule whether or not earlier ones
-finished), then a closed-loop run to find the maximum sustainable RPS. Prints, per rate and
-mode, the latency the gateway adds at P50/P95/P99 (through-gateway minus direct).
-Engine and gateway run as separate uvicorn processes (uvloop + httptools).
+Per mode (stream / non-stream) and fixed open-loop rate, the latency the gateway adds at
+P50/P95/P99 (through-gateway percentile minus direct percentile, same generator, same rate),
+then the maximum sustainable RPS of each path measured with `wrk` (closed loop, C connections;
+apt-get install wrk) or, without wrk, the highest open-loop rate with under 1% errors.
+The mock engine (bench/_mock_engine.py), the gateway and the load generator
+(bench/_http_load.py) are separate processes; on a small machine they share the cores, so the
+figures are an upper bound on what the gateway costs on its own core.
+--profile DIR records the gateway with py-spy during each 500 RPS run and prints its hottest
+functions (pip install py-spy).
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
 SECRET = "ip-bench-secret"
+PCTS = (0.50, 0.95, 0.99)
 
 
 def free_port() -> int:
+    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def serve_gateway(port: int, engine_port: int) -> None:
-    """Child process: the gateway with a static snapshot pointing at the mock engine."""
+    """Child process: the gateway app with a static snapshot pointing at the mock engine, served
+    the way `inferplane gateway` serves it (uvloop, httptools, INFO logging)."""
+    import logging
+
     import uvicorn
 
+    sys.path.insert(0, str(ROOT))
     from gateway.app import create_gateway_app
     from gateway.settings import GatewaySettings
     from registry.keys import hash_key
     from registry.snapshot import BackendView, KeyView, ModelView, RoutingSnapshot
 
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    for noisy in ("httpx", "httpcore"):   # as `inferplane gateway` does (control_plane.up)
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     b = BackendView(id="mock", url=f"http://127.0.0.1:{engine_port}/v1", engine="vllm",
                     served_model="mock", gpu=None, weight=1.0, tier="hot", state="ready",
                     adapters=(), version="v1")
@@ -55,13 +72,14 @@ def serve_gateway(port: int, engine_port: int) -> None:
                                admission={"queue_size": 100_000,
                                           "max_inflight_per_backend": 100_000})
     uvicorn.run(create_gateway_app(settings, Source()), host="127.0.0.1", port=port,
-                log_level="warning", loop="uvloop", http="httptools", access_log=False)
+                log_level="warning", loop="uvloop", http="httptools", access_log=False,
+                backlog=4096)
 
 
 def spawn(args: list[str], health: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             if httpx.get(health, trust_env=False, timeout=1).status_code == 200:
@@ -72,79 +90,103 @@ def spawn(args: list[str], health: str) -> subprocess.Popen:
     raise RuntimeError(f"{args} did not start")
 
 
-async def one(client: httpx.AsyncClient, url: str, stream: bool) -> float | None:
-    body = {"model": "mock", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "stream": stream}
-    start = time.perf_counter()
-    try:
-        if stream:
-            async with client.stream("POST", url, json=body) as r:
-                async for _ in r.aiter_raw():
-                    pass
-                ok = r.status_code == 200
-        else:
-            ok = (await client.post(url, json=body)).status_code == 200
-    except httpx.HTTPError:
-        return None
-    return time.perf_counter() - start if ok else None
-
-
-async def open_loop(url: str, rate: float, duration: float, stream: bool) -> list[float | None]:
-    limits = httpx.Limits(max_connections=4096, max_keepalive_connections=4096)
-    async with httpx.AsyncClient(limits=limits, trust_env=False, timeout=60,
-                                 headers={"authorization": f"Bearer {SECRET}"}) as client:
-        tasks = []
-        start = time.perf_counter()
-        for i in range(int(rate * duration)):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(client, url, stream)))
-        return await asyncio.gather(*tasks)
-
-
-async def closed_loop(url: str, concurrency: int, duration: float, stream: bool) -> float:
-    done = 0
-    end = time.perf_counter() + duration
-    async with httpx.AsyncClient(trust_env=False, timeout=60,
-                                 headers={"authorization": f"Bearer {SECRET}"}) as client:
-        async def worker():
-            nonlocal done
-            while time.perf_counter() < end:
-                if await one(client, url, stream) is not None:
-                    done += 1
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / duration
+def load(url: str, rate: float, duration: float, stream: bool) -> dict:
+    args = [sys.executable, str(BENCH / "_http_load.py"), "--url", url, "--rate", str(rate),
+            "--duration", str(duration), "--key", SECRET] + (["--stream"] if stream else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=True,
+                         timeout=duration * 10 + 60)
+    return json.loads(out.stdout)
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
-def report(label: str, direct: list, through: list) -> None:
-    d = [v for v in direct if v is not None]
-    g = [v for v in through if v is not None]
-    errors = len(through) - len(g)
-    added = [(pct(g, q) - pct(d, q)) * 1000 for q in (0.5, 0.95, 0.99)]
-    print(f"{label:<28} added P50 {added[0]:7.2f} ms  P95 {added[1]:7.2f} ms  "
-          f"P99 {added[2]:7.2f} ms  (gateway P50 {pct(g, .5)*1000:.2f} ms, errors {errors})")
+def report(label: str, direct: dict, through: dict) -> dict:
+    d = [pct(direct["latencies"], q) for q in PCTS]
+    g = [pct(through["latencies"], q) for q in PCTS]
+    added = [b - a for a, b in zip(d, g)]
+    print(f"{label:<22} added P50 {added[0]:6.2f} ms  P95 {added[1]:6.2f} ms  "
+          f"P99 {added[2]:6.2f} ms | direct P50/P99 {d[0]:.2f}/{d[2]:.2f} ms, gateway "
+          f"{g[0]:.2f}/{g[2]:.2f} ms | errors {direct['errors']}/{through['errors']}, "
+          f"achieved {through['achieved_rps']:.0f} RPS, send lag P99 "
+          f"{through['lag_p99_ms']:.1f} ms", flush=True)
+    return {"label": label, "added_ms": added, "direct_ms": d, "gateway_ms": g,
+            "errors": [direct["errors"], through["errors"]]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rates", default="100,500,1000")
-    parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--stream", choices=["yes", "no", "both"], default="both")
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--serve-gateway", nargs=2, type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_gateway:
-        serve_gateway(*args.serve_gateway)
-        return
+def wrk_rps(url: str, stream: bool, duration: float, connections: int) -> tuple[float, int]:
+    """(requests/s, non-2xx count) from a closed-loop wrk run."""
+    body = json.dumps({"model": "mock", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 4, "stream": stream})
+    script = (f'wrk.method = "POST"\nwrk.body = [[{body}]]\n'
+              f'wrk.headers["Content-Type"] = "application/json"\n'
+              f'wrk.headers["Authorization"] = "Bearer {SECRET}"\n')
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(script)
+    try:
+        out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{int(duration)}s", "-s",
+                              f.name, url], capture_output=True, text=True, check=True,
+                             timeout=duration + 60).stdout
+    finally:
+        os.unlink(f.name)
+    rps = float(next(line.split()[1] for line in out.splitlines()
+                     if line.startswith("Requests/sec")))
+    bad = next((int(line.split()[-1]) for line in out.splitlines() if "Non-2xx" in line), 0)
+    return rps, bad
+
+
+def ramp_rps(url: str, stream: bool, duration: float, start: float = 500) -> float:
+    """Without wrk: the highest open-loop rate served with under 1% errors and a P99 < 100 ms."""
+    best, rate = 0.0, start
+    while rate < 20_000:
+        result = load(url, rate, duration, stream)
+        if result["errors"] > 0.01 * result["sent"] or pct(result["latencies"], 0.99) > 100:
+            break
+        best, rate = result["achieved_rps"], rate * 1.25
+    return best
+
+
+def max_rps(url: str, stream: bool, args) -> str:
+    if shutil.which("wrk"):
+        rps, bad = wrk_rps(url, stream, args.max_duration, args.connections)
+        return f"{rps:.0f} (wrk, {args.connections} connections, non-2xx {bad})"
+    return f"{ramp_rps(url, stream, args.max_duration):.0f} (open-loop ramp)"
+
+
+def profiled(pid: int, out: Path, duration: float):
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--duration",
+                             str(int(duration)), "--rate", "500", "--format", "raw", "--output",
+                             str(out), "--nonblocking"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def hottest(collapsed: Path, top: int = 15) -> None:
+    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+                  + ")" for f in stack.split(";")]
+        n = int(count)
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            incl[frame] = incl.get(frame, 0) + n
+    print(f"  py-spy: {total} samples; top self time:")
+    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {100 * n / total:5.1f}% self {100 * incl[name] / total:5.1f}% incl  {name}")
+
+
+def run(args) -> list[dict]:
     engine_port, gateway_port = free_port(), free_port()
-    procs = [spawn(["-m", "tests.gateway.fake_engine", "--port", str(engine_port), "--name",
-                    "mock"], f"http://127.0.0.1:{engine_port}/health")]
+    procs = [spawn([str(BENCH / "_mock_engine.py"), "--port", str(engine_port)],
+                   f"http://127.0.0.1:{engine_port}/health")]
+    results = []
     try:
         procs.append(spawn([__file__, "--serve-gateway", str(gateway_port), str(engine_port)],
                            f"http://127.0.0.1:{gateway_port}/healthz"))
@@ -154,16 +196,42 @@ def main() -> None:
         for stream in modes:
             kind = "stream" if stream else "non-stream"
             for rate in (float(r) for r in args.rates.split(",")):
-                d = asyncio.run(open_loop(direct, rate, args.duration, stream))
-                g = asyncio.run(open_loop(through, rate, args.duration, stream))
-                report(f"{kind} @ {rate:.0f} RPS", d, g)
-            d_max = asyncio.run(closed_loop(direct, args.concurrency, args.duration, stream))
-            g_max = asyncio.run(closed_loop(through, args.concurrency, args.duration, stream))
-            print(f"{kind} max sustainable RPS: direct {d_max:.0f}, through gateway {g_max:.0f}")
+                d = load(direct, rate, args.duration, stream)
+                spy = None
+                if args.profile and rate == 500:
+                    out = Path(args.profile) / f"gateway-{kind}-{rate:.0f}.txt"
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    spy = profiled(procs[1].pid, out, args.duration)
+                g = load(through, rate, args.duration, stream)
+                results.append(report(f"{kind} @ {rate:.0f} RPS", d, g))
+                if spy is not None:
+                    spy.wait(timeout=60)
+                    hottest(out)
+            if args.max_duration > 0:
+                print(f"{kind} max sustainable RPS: direct {max_rps(direct, stream, args)}; "
+                      f"through gateway {max_rps(through, stream, args)}", flush=True)
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="100,500,1000")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per rate")
+    parser.add_argument("--stream", choices=["yes", "no", "both"], default="both")
+    parser.add_argument("--max-duration", type=float, default=10.0,
+                        help="seconds of each max-RPS run (0 skips it)")
+    parser.add_argument("--connections", type=int, default=64, help="wrk connections")
+    parser.add_argument("--profile", default=None, help="directory for py-spy recordings")
+    parser.add_argument("--serve-gateway", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_gateway:
+        serve_gateway(*args.serve_gateway)
+        return
+    run(args)
 
 
 if __name__ == "__main__":

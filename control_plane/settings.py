@@ -61,6 +61,7 @@ class Settings(BaseModel):
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL)])
     routing: dict[str, Any] = Field(default_factory=dict)
     gateway: dict[str, Any] = Field(default_factory=dict)  # passed to GatewaySettings
+    gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
     log_level: str = "info"
 
     def resolved_database_url(self) -> str:

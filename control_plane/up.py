@@ -34,16 +34,40 @@ def _prepare_database(settings: Settings):
     return make_session_factory(url)
 
 
+def _on_registry_change(snapshots):
+    def refresh() -> None:
+        snapshots.refresh()
+        snapshots.publish()
+    return refresh
+
+
 def _build_app(settings: Settings, sessions, snapshots):
+    """Gateway + admin API + console in one app; returns it with the rollout controller that
+    analyses this gateway's own per-version metrics."""
     from gateway.app import create_gateway_app
 
-    from .admin import include_admin_routers
     from .console import mount_console
+    from .rollouts import RolloutController
+    from .rollouts.metrics_source import RegistryMetricsSource
 
     app = create_gateway_app(_gateway_settings(settings), snapshots)
-    include_admin_routers(app, sessions, snapshots)
+    registry = app.state.gateway.metrics.registry
+    controller = _mount_control_plane(app, sessions, snapshots, registry,
+                                      lambda slo: RolloutController(
+                                          sessions, RegistryMetricsSource(registry),
+                                          _on_registry_change(snapshots), slo=slo,
+                                          registry=registry))
     mount_console(app)
-    return app
+    return app, controller
+
+
+def _mount_control_plane(app, sessions, snapshots, registry, make_controller):
+    from .admin import include_admin_routers
+    from .slo import SloTracker
+
+    slo = SloTracker(sessions, registry=registry)
+    include_admin_routers(app, sessions, snapshots, slo)
+    return make_controller(slo)
 
 
 @contextlib.asynccontextmanager
@@ -95,7 +119,8 @@ async def _up(settings: Settings) -> None:
         background.append(asyncio.create_task(snapshots.run()))
         background.append(asyncio.create_task(
             HealthProber(sessions, on_change=snapshots.refresh).run()))
-        app = _build_app(settings, sessions, snapshots)
+        app, controller = _build_app(settings, sessions, snapshots)
+        background.append(asyncio.create_task(controller.run()))
         async with _usage_to_sql(app, sessions):
             _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
                  f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
@@ -148,19 +173,38 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
     return _run(_gateway(settings))
 
 
+def _gateway_metrics(settings: Settings, registry):
+    """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
+    is inconclusive and rollouts pause for an operator."""
+    from .rollouts.metrics_source import MetricsSource, RegistryMetricsSource
+
+    if settings.gateway_metrics_urls:
+        return MetricsSource(settings.gateway_metrics_urls)
+    log.warning("gateway_metrics_urls is empty: rollout analysis has no gateway metrics")
+    return RegistryMetricsSource(registry)
+
+
 async def _control_plane(settings: Settings) -> None:
     from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry, make_asgi_app
 
-    from .admin import include_admin_routers
+    from .console import mount_console
     from .health import HealthProber
+    from .rollouts import RolloutController
     from .snapshots import SnapshotSource
 
     sessions = _prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     snapshots.refresh()
     app = FastAPI(title="Inferplane control plane")
-    include_admin_routers(app, sessions, snapshots)
-    tasks = [asyncio.create_task(snapshots.run()),
+    registry = CollectorRegistry()
+    controller = _mount_control_plane(
+        app, sessions, snapshots, registry,
+        lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
+                                      _on_registry_change(snapshots), slo=slo, registry=registry))
+    mount_console(app)
+    app.mount("/metrics", make_asgi_app(registry))
+    tasks = [asyncio.create_task(snapshots.run()), asyncio.create_task(controller.run()),
              asyncio.create_task(HealthProber(sessions, on_change=snapshots.refresh).run())]
     try:
         await _server(app, settings).serve()

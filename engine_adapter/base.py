@@ -83,5 +83,10 @@ class EngineAdapter(abc.ABC):
         """Resident prefix-block hashes (builtin engine only); None when unsupported."""
         return None
 
+    async def tokenize(self, body: dict) -> list[int] | None:
+        """Token ids the engine computes for a {"prompt"} or {"messages", "add_generation_prompt"}
+        body (vLLM's POST /tokenize); None when unsupported or refused."""
+        return None
+
     async def aclose(self) -> None:
         """Release pooled connections."""

@@ -15,6 +15,7 @@ from typing import AsyncIterator
 import httpx
 import orjson
 
+from engine_adapter.aiohttp_transport import AiohttpTransport
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 from engine_adapter.metrics_parse import parse_load
 
@@ -34,7 +35,10 @@ def create_http_client(max_connections: int = 2048, keepalive: int = 512,
     # read=None: per-request deadlines are enforced by the adapter (first token, total).
     timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=connect_timeout)
     # trust_env=False: a proxy from the environment must never sit between gateway and engines.
-    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, http1=True)
+    # The aiohttp transport carries the bytes: httpx's own pool dominated the gateway's CPU.
+    transport = AiohttpTransport(max_connections=max_connections, keepalive_expiry=30.0)
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, http1=True,
+                             transport=transport)
 
 
 def _server_root(base_url: str) -> str:
@@ -216,6 +220,24 @@ class OpenAIHTTPAdapter(EngineAdapter):
             return None
         response = await self._get(self.root + "/kv/summary", self.timeouts.connect)
         return response.json() if response.status_code == 200 else None
+
+    async def tokenize(self, body: dict) -> list[int] | None:
+        if self.engine in ("tgi", "llamacpp", "llama.cpp"):
+            return None
+        try:
+            response = await self._client.post(self.root + "/tokenize", content=orjson.dumps(body),
+                                               headers=self._headers, timeout=self.timeouts.connect)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            tokens = orjson.loads(response.content).get("tokens")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return None
+        return tokens
 
     async def load_adapter(self, name: str, path: str) -> None:
         await self._post_admin("/load_lora_adapter", {"lora_name": name, "lora_path": path})

@@ -19,6 +19,7 @@ from gateway.errors import OpenAIError, error_from_upstream
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
 from gateway.resolve import choose_version, resolve_model
 from gateway.routing import RouteContext
+from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, parse_body, \
     requested_max_tokens
@@ -107,6 +108,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
         await _admit(state, call, model_view, principal, prompt_tokens + (
             requested_max_tokens(req) or 0))
         start_shadows(state, call, model_view, version)
+        await tokenize_for_routing(state, call, model_view, model_view.backends_for(version))
         return await _dispatch(request, state, call, model_view, version)
     except OpenAIError as exc:
         acct.finish(exc.status)
@@ -156,6 +158,8 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
     last_error: EngineError | None = None
     m = state.metrics
     for target, backends, is_fallback in _attempt_plan(state.snapshot, model_view, version):
+        if is_fallback:
+            call.ctx.token_ids = None    # another model: another tokenizer and cache
         tried: set[str] = set()
         for attempt in range(state.settings.retries + 1):
             pool = state.admission_pool(target)

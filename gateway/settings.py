@@ -73,6 +73,13 @@ class ShadowSettings(_Section):
     max_concurrent: int = Field(16, ge=1)
 
 
+class TracingSettings(_Section):
+    enabled: bool = True               # spans are made; exported only with otlp_endpoint
+    service_name: str = "inferplane-gateway"
+    otlp_endpoint: str | None = None   # http://collector:4318 (OTLP/HTTP)
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+
+
 class BreakerSettings(_Section):
     failure_threshold: int = Field(5, ge=1)
     open_seconds: float = Field(10.0, gt=0)
@@ -88,6 +95,9 @@ class GatewaySettings(_Section):
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    log_level: str = "INFO"
+    log_json: bool = True              # JSON lines with request and trace ids
     log_prompts: bool = False
     max_connections: int = Field(2048, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)

@@ -13,6 +13,7 @@ from gateway.breaker import BreakerConfig, BreakerRegistry
 from gateway.jwt_auth import JWTVerifier
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Router
+from gateway.routing.precise import refresh_resident
 from gateway.settings import GatewaySettings
 from gateway.splits import ShadowMirror
 from gateway.usage_record import UsageRecord
@@ -115,8 +116,11 @@ async def poll_engine_load(state: GatewayState) -> None:
     while True:
         backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
                     if b.state == "ready" and b.engine not in ("litellm", "hosted")}
-        results = await asyncio.gather(*(_poll_one(state, b) for b in backends.values()),
-                                       return_exceptions=True)
+        polls = [_poll_one(state, b) for b in backends.values()]
+        if state.settings.routing.prefix_precise:
+            polls += [refresh_resident(state, b) for b in backends.values()
+                      if b.engine == "builtin"]
+        results = await asyncio.gather(*polls, return_exceptions=True)
         for backend, result in zip(backends.values(), results):
             if not isinstance(result, BaseException):
                 state.router.book.report(backend.id, result)

@@ -146,3 +146,31 @@ def current_trace_id() -> str | None:
     if not span_context.is_valid:
         return None
     return trace.format_trace_id(span_context.trace_id)
+
+
+def tracing_configured() -> bool:
+    return _provider is not None
+
+
+def configure_from_settings(tracing_settings) -> None:
+    """Set up tracing at app creation. A provider configured earlier in the process (a test's
+    in-memory exporter, or the control plane's) is kept unless an OTLP endpoint is given."""
+    if not tracing_settings.enabled:
+        return
+    if _provider is None or tracing_settings.otlp_endpoint:
+        setup_tracing(tracing_settings.service_name, tracing_settings.otlp_endpoint,
+                      sample_ratio=tracing_settings.sample_ratio)
+
+
+def child_span(name: str, attributes: Mapping[str, str | int | float | bool] | None = None):
+    """`with child_span("gateway.limits"):` a span under the current one."""
+    return get_tracer().start_as_current_span(name, attributes=attributes)
+
+
+def traceparent_of(span: trace.Span) -> str | None:
+    """The W3C traceparent naming `span` (for response headers)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{trace.format_trace_id(ctx.trace_id)}-{trace.format_span_id(ctx.span_id)}-" \
+           f"{int(ctx.trace_flags):02x}"

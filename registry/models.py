@@ -239,6 +239,7 @@ class RolloutEvent(Base):
 from registry.access_models import (  # noqa: E402  (same metadata, split for file size)
     ApiKey, AuditLog, RegistryState, Slo, Team, Usage,
 )
+from registry.mlflow_state import MlflowAliasState  # noqa: E402,F401  (same metadata)
 
 __all__ = [
     "Base", "Model", "ModelVersion", "Alias", "AliasHistory", "Adapter", "BackendAdapter",

@@ -9,10 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import adapters, aliases, audit, backends, keys, models, rollouts, teams, versions
+from . import adapters, aliases, audit, backends, keys, models, teams, versions
 from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
-ROUTER_MODULES = (models, versions, aliases, adapters, backends, rollouts, keys, teams, audit)
+ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit)
 
 
 def build_admin_router(session_factory: sessionmaker[Session], snapshot_source) -> APIRouter:
@@ -24,9 +24,13 @@ def build_admin_router(session_factory: sessionmaker[Session], snapshot_source) 
 
 
 def include_admin_routers(app: FastAPI, session_factory: sessionmaker[Session],
-                          snapshot_source) -> None:
+                          snapshot_source, slo=None) -> None:
+    """Every /admin/v1 resource, rollouts included (their API lives with the controller)."""
+    from control_plane.rollouts import include_rollout_routes
+
     install_admin_error_handlers(app)
     app.include_router(build_admin_router(session_factory, snapshot_source))
+    include_rollout_routes(app, session_factory, snapshot_source, slo)
 
 
 __all__ = ["ADMIN_PREFIX", "AdminContext", "build_admin_router", "include_admin_routers"]

@@ -79,6 +79,13 @@ class TierManager:
         self.rates.note(model, now, count)
         self._last_used[model] = now
 
+    async def on_engine_state(self, spec: EngineSpec, state: str) -> None:
+        """Supervisor state hook: an engine that went down or restarts has lost its adapters."""
+        if state in ("down", "starting"):
+            self.adapters.forget(spec.url)
+            if await asyncio.to_thread(store.clear_adapters, self.sessions, spec.url):
+                await self.changed()
+
     def engines(self, model: str | None = None) -> list[EngineProcess]:
         return [p for p in self.supervisor.processes.values()
                 if model is None or p.spec.name == model]
@@ -257,6 +264,10 @@ class TierManager:
         now = self.clock()
         for proc in self.engines():
             model = proc.spec.name
+            if model not in tiers and model not in self._starting:
+                log.info("model %s left the registry: stopping its engine", model)
+                await self._stop_engine(proc)
+                continue
             if tiers.get(model) != "cold" or model in self._starting:
                 continue
             if now - self._last_used.get(model, now) < self.config.idle_s:

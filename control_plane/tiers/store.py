@@ -123,12 +123,17 @@ def set_adapter_loaded(sessions: sessionmaker[Session], model: str, backend_url:
         return changed
 
 
-def loaded_adapters(sessions: sessionmaker[Session], backend_url: str) -> list[str]:
-    with sessions() as session:
-        stmt = (select(Adapter.name).join(BackendAdapter, BackendAdapter.adapter_id == Adapter.id)
-                .join(Backend, Backend.id == BackendAdapter.backend_id)
-                .where(Backend.url == backend_url).order_by(BackendAdapter.loaded_at))
-        return list(session.scalars(stmt))
+def clear_adapters(sessions: sessionmaker[Session], backend_url: str) -> bool:
+    """Forget every adapter recorded on the engine at `backend_url` (it restarted)."""
+    with sessions.begin() as session:
+        ids = list(session.scalars(select(Backend.id).where(Backend.url == backend_url)))
+        links = list(session.scalars(select(BackendAdapter)
+                                     .where(BackendAdapter.backend_id.in_(ids)))) if ids else []
+        for link in links:
+            session.delete(link)
+        if links:
+            bump_snapshot_version(session)
+        return bool(links)
 
 
 def _model(session: Session, name: str) -> Model:

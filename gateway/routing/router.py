@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex
+from gateway.routing.resident import ResidentBlocks
 from gateway.routing.strategies import (LeastLoaded, LoraAffinity, PowerOfTwo, PrefixAware,
                                         RoundRobin, RouteContext, SessionAffinity, Weighted)
 from gateway.settings import RoutingSettings
@@ -17,6 +18,7 @@ class Router:
         self.breaker = breaker
         self.book = LoadBook()
         self.prefix_index = PrefixIndex(settings.prefix_index_blocks)
+        self.resident = ResidentBlocks()
         slack = settings.prefix_load_slack
         self.strategies = {
             "round_robin": RoundRobin(),
@@ -24,7 +26,7 @@ class Router:
             "p2c": PowerOfTwo(self.book),
             "weighted": Weighted(),
             "prefix_aware": PrefixAware(self.book, self.prefix_index,
-                                        settings.prefix_block_chars, slack),
+                                        settings.prefix_block_chars, slack, self.resident),
             "lora_affinity": LoraAffinity(self.book, slack),
             "session_affinity": SessionAffinity(self.book),
         }
@@ -62,9 +64,9 @@ class Router:
         return backend
 
     def _record_prefix(self, model: str, backend_id: str, ctx: RouteContext) -> None:
-        chars = self.settings.prefix_block_chars
-        # ~4 characters per token: the estimate is in tokens to line up with engine counters.
-        self.metrics.prefix_lookup_tokens.labels(model).inc(ctx.prefix_blocks * chars / 4)
-        self.metrics.prefix_hit_tokens.labels(model).inc(ctx.prefix_matched * chars / 4)
+        # Character blocks count ~4 characters per token, to line up with engine counters.
+        per_block = ctx.block_tokens or self.settings.prefix_block_chars / 4
+        self.metrics.prefix_lookup_tokens.labels(model).inc(ctx.prefix_blocks * per_block)
+        self.metrics.prefix_hit_tokens.labels(model).inc(ctx.prefix_matched * per_block)
         self.metrics.prefix_hit_estimate.labels(model, backend_id).set(
             ctx.prefix_matched / ctx.prefix_blocks)

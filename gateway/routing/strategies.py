@@ -9,6 +9,7 @@ import xxhash
 
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex, block_hashes
+from gateway.routing.resident import ResidentBlocks, token_block_hashes
 
 
 @dataclass
@@ -17,9 +18,13 @@ class RouteContext:
     prompt_text: str = ""
     session_key: str | None = None
     adapter: str | None = None
-    # filled by prefix_aware for metrics: (blocks looked up, blocks matched on the pick)
+    # the prompt's token ids when the engine tokenized it (precise prefix routing)
+    token_ids: list[int] | None = None
+    # filled by prefix_aware for metrics: (blocks looked up, blocks matched on the pick) and
+    # tokens per block (0: character blocks, converted at ~4 characters per token)
     prefix_blocks: int = 0
     prefix_matched: int = 0
+    block_tokens: int = 0
     hashes: list[int] = field(default_factory=list)
 
 
@@ -80,23 +85,52 @@ class Weighted:
 
 class PrefixAware:
     """Most cached prefix wins, but only among backends within `slack` of the least loaded,
-    so a hot prefix spreads once its backend is busy."""
+    so a hot prefix spreads once its backend is busy.
 
-    def __init__(self, book: LoadBook, index: PrefixIndex, block_chars: int, slack: float):
+    Precise when the prompt's token ids are known and some candidate reports its resident KV
+    blocks: the score is the number of leading blocks the engine really holds. Otherwise the
+    gateway's own approximate index of prompt text it routed."""
+
+    def __init__(self, book: LoadBook, index: PrefixIndex, block_chars: int, slack: float,
+                 resident: ResidentBlocks | None = None):
         self.book = book
         self.index = index
         self.block_chars = block_chars
         self.slack = slack
+        self.resident = resident or ResidentBlocks()
+
+    def _eligible(self, candidates: list) -> list:
+        floor = min(self.book.load(b.id) for b in candidates)
+        return [b for b in candidates if self.book.load(b.id) <= floor + self.slack]
 
     def pick(self, candidates: list, ctx: RouteContext):
+        if ctx.token_ids is not None and not ctx.adapter and any(
+                self.resident.knows(b.id) for b in candidates):
+            return self._pick_precise(candidates, ctx)
         ctx.hashes = block_hashes(ctx.prompt_text, self.block_chars)
         ctx.prefix_blocks = len(ctx.hashes)
-        floor = min(self.book.load(b.id) for b in candidates)
-        eligible = [b for b in candidates if self.book.load(b.id) <= floor + self.slack]
-        best = max(eligible, key=lambda b: (self.index.match(b.id, ctx.hashes),
-                                            -self.book.load(b.id)))
+        best = max(self._eligible(candidates),
+                   key=lambda b: (self.index.match(b.id, ctx.hashes), -self.book.load(b.id)))
         ctx.prefix_matched = self.index.match(best.id, ctx.hashes)
         self.index.insert(best.id, ctx.hashes)
+        return best
+
+    def _pick_precise(self, candidates: list, ctx: RouteContext):
+        by_size: dict[int, list[int]] = {}
+
+        def hashes(backend) -> tuple[int, list[int]]:
+            size = self.resident.block_size(backend.id) or next(
+                self.resident.block_size(b.id) for b in candidates if self.resident.knows(b.id))
+            if size not in by_size:
+                by_size[size] = token_block_hashes(ctx.token_ids, size)
+            return size, by_size[size]
+
+        best = max(self._eligible(candidates),
+                   key=lambda b: (self.resident.match(b.id, hashes(b)[1]), -self.book.load(b.id)))
+        ctx.block_tokens, ctx.hashes = hashes(best)
+        ctx.prefix_blocks = len(ctx.hashes)
+        ctx.prefix_matched = self.resident.match(best.id, ctx.hashes)
+        self.resident.add(best.id, ctx.hashes)
         return best
 
 

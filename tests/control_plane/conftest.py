@@ -29,7 +29,8 @@ class AdminEnv:
         return {"Authorization": f"Bearer {self.keys[role]}"}
 
 
-def build_admin_app(url: str) -> tuple[FastAPI, object, SnapshotSource, dict[str, str]]:
+def build_admin_app(url: str, make_slo=None) -> tuple[FastAPI, object, SnapshotSource, dict[str, str]]:
+    """make_slo(sessions) builds the SloTracker that gates rollouts (none by default)."""
     upgrade(url, progress=None)
     sessions = make_session_factory(url)
     keys = {}
@@ -42,7 +43,7 @@ def build_admin_app(url: str) -> tuple[FastAPI, object, SnapshotSource, dict[str
     app = FastAPI()
     # authenticate() reads the snapshot source (and JWT config) from the gateway's app state.
     app.state.gateway = SimpleNamespace(snapshot_source=source, jwt=None, settings=None)
-    include_admin_routers(app, sessions, source)
+    include_admin_routers(app, sessions, source, make_slo(sessions) if make_slo else None)
     return app, sessions, source, keys
 
 

@@ -8,7 +8,6 @@ import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import select
 
-from control_plane.rollouts.api import include_rollout_routes
 from control_plane.rollouts.metrics_source import parse_metrics
 from control_plane.slo import SloTracker
 from registry import queries as q
@@ -37,10 +36,11 @@ class Api:
 
 @pytest.fixture
 async def api(sqlite_url):
-    app, sessions, source, keys = build_admin_app(sqlite_url)
+    trackers = []
+    app, sessions, source, keys = build_admin_app(
+        sqlite_url, lambda s: trackers.append(SloTracker(s, clock=Clock())) or trackers[0])
+    slo = trackers[0]
     seed(sessions)
-    slo = SloTracker(sessions, clock=Clock())
-    include_rollout_routes(app, sessions, source, slo)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
         yield Api(client, keys, sessions, source, slo)

@@ -1,6 +1,8 @@
 """The engine's runtime LoRA API (vLLM contract) against a real simulated engine process."""
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -88,3 +90,16 @@ async def test_models_list_adapters_with_parent(tmp_path):
         ("sql-lora", "base-model", "model")]
     assert cards[0]["root"].endswith("sql") and cards[0]["max_model_len"] == 512
     assert registry.is_loaded("sql-lora") and registry.loaded[0].rank == 4
+
+
+async def test_concurrent_loads_cannot_oversubscribe_slots(tmp_path):
+    registry = AdapterRegistry(max_loras=1, load_cost_s=0.2)
+    paths = [str(make_peft_dir(tmp_path, n)) for n in ("x", "y")]
+    results = await asyncio.gather(registry.load("x", paths[0]), registry.load("y", paths[1]),
+                                   return_exceptions=True)
+    errors = [r for r in results if isinstance(r, EngineError)]
+    assert len(errors) == 1 and errors[0].status == 429
+    assert len(registry.loaded) == 1
+    with pytest.raises(EngineError) as dup:  # a name mid-load is a duplicate too
+        await asyncio.gather(registry.load("z", paths[0]), registry.load("z", paths[0]))
+    assert dup.value.status in (400, 429)

@@ -9,7 +9,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from control_plane.tiers import AdapterManager, AdapterSlotsBusy, NoEngineForAdapter, UnknownAdapter
+from control_plane.supervisor import EngineSpec, EngineSupervisor
+from control_plane.tiers import (AdapterManager, AdapterSlotsBusy, NoEngineForAdapter, TierConfig,
+                                 TierManager, UnknownAdapter)
 from registry import queries as q
 from registry.models import Adapter, BackendAdapter
 from tests.tiers.conftest import add_model, make_peft_dir
@@ -49,7 +51,9 @@ async def test_lru_eviction_respects_residency(registry_with_adapters, adapter_e
         changes.append(1)
         snapshots.refresh()
 
-    manager = AdapterManager(sessions, on_change, max_loras=2, min_residency_s=RESIDENCY_S)
+    tiers = TierManager(sessions, EngineSupervisor(), on_change,
+                        TierConfig(max_loras=2, min_residency_s=RESIDENCY_S))
+    manager = tiers.adapters
     try:
         assert await manager.ensure_loaded("base", "a1") == adapter_engine
         await manager.ensure_loaded("base", "a2")
@@ -74,6 +78,12 @@ async def test_lru_eviction_respects_residency(registry_with_adapters, adapter_e
         loads_before = len(changes)
         await manager.ensure_loaded("base", "a1")  # resident: no engine call, no registry write
         assert len(changes) == loads_before
+
+        # The engine restarts (supervisor reports it): its adapters are gone everywhere.
+        port = int(adapter_engine.rsplit(":", 1)[1].split("/")[0])
+        await tiers.on_engine_state(EngineSpec(name="base", model="m", port=port), "starting")
+        assert _rows(sessions) == [] and manager.resident(adapter_engine) == []
+        assert snapshots.current.models["base"].backends[0].adapters == ()
     finally:
         await manager.aclose()
 

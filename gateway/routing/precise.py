@@ -1,0 +1,71 @@
+"""Precise prefix-aware routing: the engines' resident KV blocks and the prompt's token ids.
+
+The load poller calls `refresh_resident` for every builtin backend (GET /kv/summary). Before a
+request is routed, `tokenize_for_routing` asks one candidate engine for the prompt's token ids
+(POST /tokenize, vLLM format); the prefix_aware strategy then scores backends by the leading
+blocks they really hold. Any gap (setting off, another strategy, engines without these
+endpoints, a LoRA adapter whose blocks hash differently) leaves ctx.token_ids unset, and the
+approximate text index routes instead.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+log = logging.getLogger("inferplane.gateway")
+TOKENIZE_TIMEOUT_S = 2.0
+
+
+async def refresh_resident(state, backend) -> None:
+    try:
+        async with asyncio.timeout(max(0.5, state.settings.routing.load_poll_interval_s)):
+            summary = await state.adapters.get(backend).kv_summary()
+    except Exception as exc:   # a backend that cannot say is routed approximately
+        log.debug("kv summary of %s failed: %r", backend.id, exc)
+        summary = None
+    state.router.resident.update(backend.id, summary)
+
+
+def _tokenize_body(kind: str, body: dict, served_model: str) -> dict | list[int] | None:
+    """The /tokenize request for this prompt, the token ids themselves, or None."""
+    if kind == "chat":
+        messages = body.get("messages")
+        return {"model": served_model, "messages": messages, "add_generation_prompt": True} \
+            if isinstance(messages, list) and messages else None
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return {"model": served_model, "prompt": prompt}
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return list(prompt)
+    return None
+
+
+def wants_precise(state, model_view, adapter: str | None) -> bool:
+    return (state.settings.routing.prefix_precise and not adapter
+            and state.router.strategy_name(model_view) == "prefix_aware")
+
+
+async def tokenize_for_routing(state, call, model_view, backends) -> bool:
+    """Fill call.ctx.token_ids from an engine that reports resident blocks; True on success."""
+    if not wants_precise(state, model_view, call.adapter):
+        return False
+    resident = state.router.resident
+    known = [b for b in state.router.candidates(backends) if resident.knows(b.id)]
+    if not known:
+        return False
+    target = min(known, key=lambda b: (state.router.book.load(b.id), b.id))
+    request = _tokenize_body(call.kind, call.body, target.served_model)
+    if request is None:
+        return False
+    if isinstance(request, list):
+        call.ctx.token_ids = request
+        return True
+    try:
+        async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+            tokens = await state.adapters.get(target).tokenize(request)
+    except TimeoutError:
+        tokens = None
+    call.ctx.token_ids = tokens
+    return tokens is not None
