@@ -39,6 +39,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-decode-base-s", type=float, default=d.sim_decode_base_s)
     p.add_argument("--sim-decode-s-per-seq", type=float, default=d.sim_decode_s_per_seq)
     p.add_argument("--sim-context-length", type=int, default=d.sim_context_length)
+    p.add_argument("--max-loras", type=int, default=4, help="LoRA adapter slots")
+    p.add_argument("--lora-load-cost-s", type=float, default=0.0,
+                   help="simulated adapter load time")
     p.add_argument("--drain-timeout", type=float, default=10.0)
     p.add_argument("--log-level", default="info")
 
@@ -114,8 +117,11 @@ def serve(args: argparse.Namespace) -> int:
         yield
         await engine.shutdown(args.drain_timeout)
 
+    from .adapters import AdapterRegistry
+
     app = create_engine_app(engine, tokenizer, served, max_len,
-                            metrics_registry=getattr(engine, "metrics_registry", None))
+                            metrics_registry=engine.metrics_registry,
+                            adapters=AdapterRegistry(args.max_loras, args.lora_load_cost_s))
     app.router.lifespan_context = lifespan
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 loop="uvloop", http="httptools", timeout_graceful_shutdown=args.drain_timeout)

@@ -12,6 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .adapters import AdapterRegistry
+from .adapters import router as adapter_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
 from .serving import TextChunk, generate_text, resolve_max_tokens
@@ -30,12 +32,12 @@ def _usage(chunk: TextChunk) -> dict:
 class EngineService:
     """Glue between HTTP requests and the AsyncEngine."""
 
-    def __init__(self, engine, tokenizer, served_name: str, max_model_len: int):
-        self.engine, self.tokenizer = engine, tokenizer
+    def __init__(self, engine, tokenizer, served_name: str, max_model_len: int, adapters):
+        self.engine, self.tokenizer, self.adapters = engine, tokenizer, adapters
         self.served_name, self.max_model_len = served_name, max_model_len
 
     def check_model(self, model: str | None) -> None:
-        if model and model != self.served_name:
+        if model and model != self.served_name and not self.adapters.is_loaded(model):
             raise EngineError(404, f"The model `{model}` does not exist.", param="model",
                               code="model_not_found")
 
@@ -71,8 +73,10 @@ class EngineService:
         params = body.sampling_params(max_tokens)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
+        # An adapter's KV blocks must never serve the base model: its name keys the prefix hash.
+        adapter = body.model.encode() if body.model and self.adapters.is_loaded(body.model) else None
         chunks = generate_text(self.engine, self.tokenizer, request_id, prompt_ids, params,
-                               priority=body.priority)
+                               priority=body.priority, extra_key=adapter)
         try:  # errors before the first token keep their HTTP status
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -134,10 +138,12 @@ class _Renderer:
 
 
 def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
-                      metrics_registry=None) -> FastAPI:
+                      metrics_registry=None, adapters: AdapterRegistry | None = None) -> FastAPI:
     app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None)
-    service = EngineService(engine, tokenizer, served_name, max_model_len)
+    adapters = adapters or AdapterRegistry()
+    service = EngineService(engine, tokenizer, served_name, max_model_len, adapters)
     app.state.service = service
+    app.include_router(adapter_router(adapters))
 
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError):
@@ -173,7 +179,7 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
     async def models():
         card = {"id": served_name, "object": "model", "created": 0, "owned_by": "inferplane",
                 "max_model_len": max_model_len}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [card, *adapters.model_cards(served_name, max_model_len)]}
 
     @app.get("/health")
     async def health():

@@ -43,7 +43,8 @@ def _find_stop(text: str, stops: list[str]) -> int:
 
 
 async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int],
-                        params: SamplingParams, priority: int = 0) -> AsyncIterator[TextChunk]:
+                        params: SamplingParams, priority: int = 0,
+                        extra_key: str | None = None) -> AsyncIterator[TextChunk]:
     """Yield text deltas; the last chunk carries finish_reason. Stop strings end the request
     here (and abort it in the engine); text that could begin a stop string is held back."""
     detok = tokenizer.new_detokenizer()
@@ -53,7 +54,8 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
     pending, completion, cached = "", 0, 0
     finished = False
     try:
-        async for out in engine.generate(request_id, prompt_ids, params, priority=priority):
+        async for out in engine.generate(request_id, prompt_ids, params, priority=priority,
+                                         extra_key=extra_key):
             if out.finish_reason == "error":
                 raise EngineError(400, out.error or "the request could not be scheduled",
                                   code="request_failed")

@@ -67,6 +67,23 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return create_key_cli(_settings(args), args)
 
 
+def _cmd_mlflow(args: argparse.Namespace) -> int:
+    import json
+
+    from registry.db import make_session_factory
+    from registry.mlflow_sync import MlflowSync
+
+    settings = _settings(args)
+    uri = args.tracking_uri or (settings.mlflow.tracking_uri if settings.mlflow else None)
+    if not uri:
+        print("give --tracking-uri or set mlflow.tracking_uri in the config", file=sys.stderr)
+        return 2
+    sync = MlflowSync(make_session_factory(settings.resolved_database_url()), uri,
+                      prefix=settings.mlflow.prefix if settings.mlflow else "")
+    print(json.dumps(sync.sync_once(args.direction).to_dict(), indent=2, default=str))
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     script = Path("bench") / f"{args.scenario.replace('-', '_')}.py"
     if not script.exists():
@@ -114,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--priority", default="standard", choices=["high", "standard", "batch"])
     create.add_argument("--config", default=os.environ.get("INFERPLANE_CONFIG"))
     create.set_defaults(func=_cmd_keys)
+    mlflow = sub.add_parser("mlflow", help="MLflow Model Registry sync")
+    mlflow.add_argument("action", choices=["sync"])
+    mlflow.add_argument("--direction", default="both", choices=["pull", "push", "both"])
+    mlflow.add_argument("--tracking-uri", default=None)
+    mlflow.add_argument("--config", default=os.environ.get("INFERPLANE_CONFIG"))
+    mlflow.set_defaults(func=_cmd_mlflow)
     bench = sub.add_parser("bench", help="run a benchmark scenario from bench/")
     bench.add_argument("scenario")
     bench.add_argument("rest", nargs=argparse.REMAINDER)

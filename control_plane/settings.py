@@ -49,6 +49,14 @@ class ModelSpec(BaseModel):
         return self
 
 
+class MlflowSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tracking_uri: str
+    prefix: str = ""
+    interval_s: float = Field(60.0, gt=0)
+    direction: Literal["pull", "push", "both"] = "both"
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     data_dir: str = ".inferplane"
@@ -61,7 +69,10 @@ class Settings(BaseModel):
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL)])
     routing: dict[str, Any] = Field(default_factory=dict)
     gateway: dict[str, Any] = Field(default_factory=dict)  # passed to GatewaySettings
+    mlflow: MlflowSettings | None = None  # optional Model Registry sync
+    tiers: dict[str, Any] = Field(default_factory=dict)  # TierConfig fields (idle_s, max_engines...)
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
+    rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
     log_level: str = "info"
 
     def resolved_database_url(self) -> str:

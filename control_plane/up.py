@@ -41,18 +41,20 @@ def _on_registry_change(snapshots):
     return refresh
 
 
-def _build_app(settings: Settings, sessions, snapshots):
+def _build_app(settings: Settings, sessions, snapshots, tiers):
     """Gateway + admin API + console in one app; returns it with the rollout controller that
-    analyses this gateway's own per-version metrics."""
+    analyses this gateway's own per-version metrics. Cold models start through `tiers`."""
     from gateway.app import create_gateway_app
+    from gateway.coldstart import InProcessColdStarter
 
     from .console import mount_console
     from .rollouts import RolloutController
     from .rollouts.metrics_source import RegistryMetricsSource
 
     app = create_gateway_app(_gateway_settings(settings), snapshots)
+    app.state.gateway.cold_starter = InProcessColdStarter(tiers, snapshots)
     registry = app.state.gateway.metrics.registry
-    controller = _mount_control_plane(app, sessions, snapshots, registry,
+    controller = _mount_control_plane(app, sessions, snapshots, registry, tiers,
                                       lambda slo: RolloutController(
                                           sessions, RegistryMetricsSource(registry),
                                           _on_registry_change(snapshots), slo=slo,
@@ -61,13 +63,35 @@ def _build_app(settings: Settings, sessions, snapshots):
     return app, controller
 
 
-def _mount_control_plane(app, sessions, snapshots, registry, make_controller):
+def _mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller):
     from .admin import include_admin_routers
     from .slo import SloTracker
+    from .tiers import build_tiers_router
 
     slo = SloTracker(sessions, registry=registry)
     include_admin_routers(app, sessions, snapshots, slo)
+    app.include_router(build_tiers_router(tiers))
     return make_controller(slo)
+
+
+def _mlflow_sync(settings: Settings, app, sessions, snapshots):
+    """The optional MLflow Model Registry sync: its admin route now, its loop as a coroutine."""
+    if settings.mlflow is None:
+        return None
+    from registry.mlflow_sync import MlflowSync
+
+    from .mlflow_api import build_mlflow_router
+
+    sync = MlflowSync(sessions, settings.mlflow.tracking_uri, prefix=settings.mlflow.prefix)
+    app.include_router(build_mlflow_router(sync, snapshots))
+    return sync.run(settings.mlflow.interval_s, settings.mlflow.direction)
+
+
+def _tier_manager(settings: Settings, sessions, snapshots, supervisor):
+    from .tiers import TierManager, tier_config_from_settings
+
+    return TierManager(sessions, supervisor, snapshots.refresh,
+                       tier_config_from_settings(settings, **settings.tiers))
 
 
 @contextlib.asynccontextmanager
@@ -107,8 +131,10 @@ async def _up(settings: Settings) -> None:
     async def on_state(spec, state):
         if await asyncio.to_thread(set_backend_state, sessions, spec.url, state):
             snapshots.refresh()
+        await tiers.on_engine_state(spec, state)
 
     supervisor = EngineSupervisor(on_state=on_state, ready_timeout_s=settings.engine_ready_timeout_s)
+    tiers = _tier_manager(settings, sessions, snapshots, supervisor)
     background: list[asyncio.Task] = []
     try:
         if engines:
@@ -119,8 +145,10 @@ async def _up(settings: Settings) -> None:
         background.append(asyncio.create_task(snapshots.run()))
         background.append(asyncio.create_task(
             HealthProber(sessions, on_change=snapshots.refresh).run()))
-        app, controller = _build_app(settings, sessions, snapshots)
-        background.append(asyncio.create_task(controller.run()))
+        app, controller = _build_app(settings, sessions, snapshots, tiers)
+        background += [asyncio.create_task(controller.run()), asyncio.create_task(tiers.run())]
+        if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
+            background.append(asyncio.create_task(mlflow_loop))
         async with _usage_to_sql(app, sessions):
             _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
                  f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
@@ -129,6 +157,7 @@ async def _up(settings: Settings) -> None:
         for task in background:
             task.cancel()
         _say("stopping engines")
+        await tiers.shutdown()
         await supervisor.stop_all()
 
 
@@ -192,25 +221,35 @@ async def _control_plane(settings: Settings) -> None:
     from .health import HealthProber
     from .rollouts import RolloutController
     from .snapshots import SnapshotSource
+    from .supervisor import EngineSupervisor
 
     sessions = _prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     snapshots.refresh()
     app = FastAPI(title="Inferplane control plane")
     registry = CollectorRegistry()
+    supervisor = EngineSupervisor(ready_timeout_s=settings.engine_ready_timeout_s)
+    tiers = _tier_manager(settings, sessions, snapshots, supervisor)
     controller = _mount_control_plane(
-        app, sessions, snapshots, registry,
+        app, sessions, snapshots, registry, tiers,
         lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
-                                      _on_registry_change(snapshots), slo=slo, registry=registry))
+                                      _on_registry_change(snapshots), slo=slo, registry=registry,
+                                      tick_s=settings.rollout_tick_s))
     mount_console(app)
     app.mount("/metrics", make_asgi_app(registry))
+    mlflow_loop = _mlflow_sync(settings, app, sessions, snapshots)
     tasks = [asyncio.create_task(snapshots.run()), asyncio.create_task(controller.run()),
+             asyncio.create_task(tiers.run()),
              asyncio.create_task(HealthProber(sessions, on_change=snapshots.refresh).run())]
+    if mlflow_loop is not None:
+        tasks.append(asyncio.create_task(mlflow_loop))
     try:
         await _server(app, settings).serve()
     finally:
         for task in tasks:
             task.cancel()
+        await tiers.shutdown()
+        await supervisor.stop_all()
 
 
 def run_control_plane(settings: Settings) -> int:

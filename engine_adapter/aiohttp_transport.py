@@ -14,15 +14,19 @@ from typing import AsyncIterator
 import aiohttp
 import httpx
 
+DRAIN_AFTER_DONE_S = 0.05
+
 
 class _ResponseStream(httpx.AsyncByteStream):
     def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request):
         self._response = response
         self._request = request
+        self._tail = b""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
+                self._tail = chunk[-16:]
                 yield chunk
         except asyncio.TimeoutError as exc:
             raise httpx.ReadTimeout(str(exc) or "read timed out", request=self._request) from exc
@@ -33,8 +37,18 @@ class _ResponseStream(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         # A response abandoned half-way must drop its connection: the engine sees the client
-        # go away and aborts the request. A fully read one returns to the pool.
-        if self._response.content.at_eof():
+        # go away and aborts the request. A fully read one returns to the pool. An SSE stream
+        # closed right after `data: [DONE]` has only its chunked terminator left in flight:
+        # wait a moment for it rather than paying a new connection for the next request.
+        content = self._response.content
+        if not content.at_eof() and b"[DONE]" in self._tail:
+            try:
+                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                    while await content.readany():
+                        pass
+            except (asyncio.TimeoutError, aiohttp.ClientError):
+                pass
+        if content.at_eof():
             self._response.release()
         else:
             self._response.close()

@@ -28,7 +28,8 @@ class Timeouts:
 
 
 def create_http_client(max_connections: int = 2048, keepalive: int = 512,
-                       connect_timeout: float = 5.0) -> httpx.AsyncClient:
+                       connect_timeout: float = 5.0,
+                       event_hooks: dict | None = None) -> httpx.AsyncClient:
     """One pooled HTTP/1.1 keep-alive client shared by every backend adapter."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive,
                           keepalive_expiry=30.0)
@@ -38,7 +39,7 @@ def create_http_client(max_connections: int = 2048, keepalive: int = 512,
     # The aiohttp transport carries the bytes: httpx's own pool dominated the gateway's CPU.
     transport = AiohttpTransport(max_connections=max_connections, keepalive_expiry=30.0)
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, http1=True,
-                             transport=transport)
+                             transport=transport, event_hooks=event_hooks)
 
 
 def _server_root(base_url: str) -> str:

@@ -5,13 +5,15 @@ exactly once whatever the outcome (success, upstream failure, client gone).
 """
 from __future__ import annotations
 
+import logging
 import time
-
 import uuid
 
+from gateway.request_context import current_request_id
 from gateway.state import GatewayState
 from gateway.usage_record import UsageRecord
 
+log = logging.getLogger("inferplane.gateway.access")
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request": bounded and well known
 
 
@@ -40,6 +42,7 @@ class Accounting:
         self.error_kind: str | None = None
         self.permit = None     # breaker permit of the current backend
         self.ticket = None     # admission ticket
+        self.upstream = None   # UpstreamTrace of the current engine call
         self.text_parts: list[str] | None = None  # the answer, kept only when compared
         self._finished = False
         self.on_finish = []  # callables(acct) run at finish (limits reconcile, admission release)
@@ -112,6 +115,8 @@ class Accounting:
             self.permit.close()
             self.permit = None
         self.unbind()
+        if self.upstream is not None:
+            self.upstream.end(self.status, self.chunks if self.stream else None)
         self._observe(backend)
         for callback in self.on_finish:
             callback(self)
@@ -136,6 +141,10 @@ class Accounting:
             m.spend.labels(model, self.principal.team or "none").inc(cost)
         status = "ok" if self.status < 400 else (
             "aborted" if self.status == CLIENT_CLOSED else "error")
+        log.info("request finished", extra={
+            "request_id": current_request_id(), "model": model, "status": self.status,
+            "backend": backend.id if backend is not None else None,
+            "tokens": prompt + completion, "latency_ms": round(duration * 1000, 1)})
         self.state.emit_usage(UsageRecord(
             request_id=uuid.uuid4().hex, key_id=self.principal.key_id, team=self.principal.team,
             model=model, version=None if version == "none" else version,

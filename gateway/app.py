@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 
 from fastapi import FastAPI
@@ -11,6 +12,9 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import install_error_handlers
+from gateway.logging_setup import configure_logging
+from gateway.request_context import RequestContextMiddleware
+from gateway.tracing import configure_from_settings
 from gateway.responses import OrjsonResponse
 from gateway.limits_gate import LimitsGate
 from gateway.routers import chat, completions, health, models
@@ -18,6 +22,10 @@ from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, poll_engine_load
 
 log = logging.getLogger("inferplane.gateway")
+# FastAPI releases with built-in OpenTelemetry would add a second server span per request
+# (RequestContextMiddleware makes the gateway's, with request ids) and ignore our provider.
+_NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
 def _lifespan(state: GatewayState):
@@ -38,13 +46,17 @@ def _lifespan(state: GatewayState):
 
 
 def create_gateway_app(settings: GatewaySettings, snapshot_source) -> FastAPI:
+    if settings.log_json:
+        configure_logging(settings.log_level, log_prompts=settings.log_prompts)
+    configure_from_settings(settings.tracing)
     state = GatewayState(settings=settings, snapshot_source=snapshot_source)
     state.limits = LimitsGate(settings, state.metrics)
     app = FastAPI(title="Inferplane", default_response_class=OrjsonResponse,
-                  lifespan=_lifespan(state))
+                  lifespan=_lifespan(state), **_NATIVE_TRACING_OFF)
     app.state.gateway = state
     app.state.snapshot_source = snapshot_source
     install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware)
     for module in (chat, completions, models, health):
         app.include_router(module.router)
 

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 
 from gateway.errors import OpenAIError
 from gateway.jwt_auth import looks_like_jwt
+from gateway.tracing import child_span
 from registry.keys import hash_key
 
 ROLE_RANK = {"user": 0, "operator": 1, "admin": 2}
@@ -94,6 +95,13 @@ def bearer_token(request: Request) -> str:
 
 
 async def authenticate(request: Request) -> Principal:
+    with child_span("gateway.auth"):
+        principal = await _authenticate(request)
+    request.state.principal = principal
+    return principal
+
+
+async def _authenticate(request: Request) -> Principal:
     state = request.app.state.gateway
     token = bearer_token(request)
     if looks_like_jwt(token):
@@ -102,7 +110,6 @@ async def authenticate(request: Request) -> Principal:
         principal = principal_from_claims(await state.jwt.claims(token), state.settings)
     else:
         principal = principal_from_key(state.snapshot_source.current, token)
-    request.state.principal = principal
     return principal
 
 

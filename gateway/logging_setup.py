@@ -18,6 +18,7 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
+from gateway.request_context import current_request_id
 from gateway.tracing import current_trace_id
 
 CONTEXT_FIELDS = ("request_id", "trace_id", "model", "backend", "status", "tokens", "latency_ms")
@@ -44,6 +45,8 @@ class JsonFormatter(logging.Formatter):
                 out[field] = value
         if "trace_id" not in out and (trace_id := current_trace_id()):
             out["trace_id"] = trace_id
+        if "request_id" not in out and (request_id := current_request_id()):
+            out["request_id"] = request_id
         if self.log_prompts:
             for field in PROMPT_FIELDS:
                 value = getattr(record, field, None)

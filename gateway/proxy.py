@@ -21,6 +21,8 @@ from gateway.resolve import choose_version, resolve_model
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
+from gateway.tracing import child_span
+from gateway.upstream_trace import UpstreamTrace
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, parse_body, \
     requested_max_tokens
 from gateway.state import GatewayState
@@ -59,6 +61,12 @@ def _prompt_text(kind: str, body: dict) -> str:
     return "".join(parts)
 
 
+def _check_access(principal, req, model_view) -> None:
+    if not (principal.may_use(req.model) or principal.may_use(model_view.name)):
+        raise OpenAIError(403, f"this key may not use the model '{req.model}'", param="model",
+                          code="model_not_allowed")
+
+
 def _validate(req, model_view) -> None:
     if req.n > 1:
         raise OpenAIError(400, "n > 1 is not supported: send n separate requests", param="n",
@@ -82,14 +90,17 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     body, req = parse_body(raw, schema)
     snapshot = state.snapshot
     model_view, version, adapter = resolve_model(snapshot, req.model)
-    if not (principal.may_use(req.model) or principal.may_use(model_view.name)):
-        raise OpenAIError(403, f"this key may not use the model '{req.model}'", param="model",
-                          code="model_not_allowed")
-    _validate(req, model_view)
     gate = state.limits
-    prompt_tokens = gate.prompt_tokens(kind, body)
-    decision, budgets = await gate.admit(principal, snapshot, model_view, prompt_tokens,
-                                         requested_max_tokens(req))
+    try:
+        _check_access(principal, req, model_view)
+        _validate(req, model_view)
+        prompt_tokens = gate.prompt_tokens(kind, body)
+        with child_span("gateway.limits"):
+            decision, budgets = await gate.admit(principal, snapshot, model_view, prompt_tokens,
+                                                 requested_max_tokens(req))
+    except OpenAIError as exc:   # refused before accounting starts: still a client response
+        state.metrics.requests.labels(req.model, "none", str(exc.status)).inc()
+        raise
     session = request.headers.get(state.settings.routing.session_header) or req.user
     ctx = RouteContext(model=model_view.name, prompt_text=_prompt_text(kind, body),
                        session_key=session, adapter=adapter)
@@ -105,10 +116,12 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
             state.metrics.rejections.labels(call.requested, "no_backend").inc()
             raise OpenAIError(503, f"no ready backend for model '{call.requested}'",
                               code="no_ready_backend")
-        await _admit(state, call, model_view, principal, prompt_tokens + (
-            requested_max_tokens(req) or 0))
+        with child_span("gateway.queue"):
+            await _admit(state, call, model_view, principal, prompt_tokens + (
+                requested_max_tokens(req) or 0))
         start_shadows(state, call, model_view, version)
-        await tokenize_for_routing(state, call, model_view, model_view.backends_for(version))
+        with child_span("gateway.tokenize"):
+            await tokenize_for_routing(state, call, model_view, model_view.backends_for(version))
         return await _dispatch(request, state, call, model_view, version)
     except OpenAIError as exc:
         acct.finish(exc.status)
@@ -163,7 +176,12 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
         tried: set[str] = set()
         for attempt in range(state.settings.retries + 1):
             pool = state.admission_pool(target)
-            backend = state.router.pick(target, backends, call.ctx, tried, pool.has_room)
+            with child_span("gateway.route", {"inferplane.model": target.name}) as span:
+                backend = state.router.pick(target, backends, call.ctx, tried, pool.has_room)
+                if backend is not None:
+                    span.set_attribute("inferplane.backend", backend.id)
+                    span.set_attribute("inferplane.prefix_matched_blocks",
+                                       call.ctx.prefix_matched)
             if backend is None:
                 break
             if attempt:
@@ -172,7 +190,7 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
                 m.fallbacks.labels(call.requested).inc()
             tried.add(backend.id)
             try:
-                return await _try_backend(request, state, call, target, backend)
+                return await _try_backend(request, state, call, target, backend, attempt)
             except EngineError as exc:
                 call.acct.upstream_error(backend, exc.kind)
                 if not exc.retryable:
@@ -200,7 +218,7 @@ def _upstream_body(call: Call, backend) -> dict:
 
 
 async def _try_backend(request: Request, state: GatewayState, call: Call, model_view,
-                       backend) -> Response:
+                       backend, attempt: int = 0) -> Response:
     permit = state.breaker.get(backend.id).try_acquire()
     if permit is None:  # lost the race for a half-open probe
         raise EngineError("breaker_open", f"backend {backend.id} is not accepting requests")
@@ -209,12 +227,20 @@ async def _try_backend(request: Request, state: GatewayState, call: Call, model_
     call.acct.permit = permit
     call.acct.bind(model_view, backend)
     method = adapter.chat if call.kind == "chat" else adapter.completions
+    span = call.acct.upstream = UpstreamTrace(backend, attempt)
     try:
-        result = await _race_disconnect(request, method(upstream))
+        with span.sending():
+            result = await _race_disconnect(request, method(upstream))
+    except EngineError as exc:
+        span.fail(exc.kind, exc.message)
+        call.acct.unbind()
+        raise
     except BaseException:
+        span.end(CLIENT_CLOSED)
         call.acct.unbind()
         raise
     if call.stream:
+        span.streaming()
         call.acct.upstream_ok()   # the engine produced a first token: count it healthy
         call.acct.first_token()
         served = upstream["model"]

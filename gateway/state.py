@@ -16,6 +16,7 @@ from gateway.routing import Router
 from gateway.routing.precise import refresh_resident
 from gateway.settings import GatewaySettings
 from gateway.splits import ShadowMirror
+from gateway.tracing import httpx_trace_hook
 from gateway.usage_record import UsageRecord
 
 log = logging.getLogger("inferplane.gateway")
@@ -29,7 +30,8 @@ class AdapterPool:
         self.timeouts = Timeouts(connect=t.connect, first_token=t.first_token, total=t.total)
         self.client = create_http_client(max_connections=settings.max_connections,
                                          keepalive=settings.max_connections,
-                                         connect_timeout=t.connect)
+                                         connect_timeout=t.connect,
+                                         event_hooks={"request": [httpx_trace_hook]})
         self._adapters: dict[tuple[str, str, str], EngineAdapter] = {}
 
     def get(self, backend) -> EngineAdapter:

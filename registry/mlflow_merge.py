@@ -89,11 +89,12 @@ class ModelMerge:
             if rv.label in known:
                 continue
             kind = rv.tags.get(TAG_KIND, "full")
+            base = rv.tags.get(TAG_BASE) if kind == "lora" else None
             try:
                 with self.session.begin_nested():
                     row = add_version(self.session, self.local, rv.label, kind=kind,
-                                      base_version=rv.tags.get(TAG_BASE) if kind == "lora" else None,
-                                      source_uri=rv.source_uri, **rv.field_values())
+                                      base_version=base, source_uri=rv.source_uri,
+                                      **rv.field_values())
             except RegistryError as exc:
                 self.report.skipped.append(f"{self.mlflow_name} v{rv.number}: {exc.message}")
                 continue
@@ -144,10 +145,12 @@ class ModelMerge:
         base = load_base(self.session, self.sync.target, self.name)
         for alias in sorted(set(ours) | set(theirs) | set(base)):
             target = resolve_alias(base.get(alias), ours.get(alias), theirs.get(alias))
-            if self.sync.pulls and ours.get(alias) != target and self._set_local(alias, target):
-                ours = {**ours, alias: target} if target else _without(ours, alias)
-            if self.sync.pushes and theirs.get(alias) != target and self._set_remote(alias, target):
-                theirs = {**theirs, alias: target} if target else _without(theirs, alias)
+            if self.sync.pulls and ours.get(alias) != target:
+                if self._set_local(alias, target):
+                    ours = _with(ours, alias, target)
+            if self.sync.pushes and theirs.get(alias) != target:
+                if self._set_remote(alias, target):
+                    theirs = _with(theirs, alias, target)
             if ours.get(alias) == theirs.get(alias) and base.get(alias) != ours.get(alias):
                 save_base(self.session, self.sync.target, self.name, alias, ours.get(alias))
 
@@ -207,5 +210,9 @@ class ModelMerge:
         self.report.mlflow_changes.append(summary)
 
 
-def _without(values: dict[str, str], key: str) -> dict[str, str]:
-    return {k: v for k, v in values.items() if k != key}
+def _with(values: dict[str, str], key: str, value: str | None) -> dict[str, str]:
+    """A copy with key set to value, or removed when value is None."""
+    updated = {k: v for k, v in values.items() if k != key}
+    if value is not None:
+        updated[key] = value
+    return updated

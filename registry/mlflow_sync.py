@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,6 +61,11 @@ class MlflowSync:
         self.prefix = prefix
         self.target = f"{tracking_uri}#{prefix}"
         self._registry = registry
+        # The interval loop and on-demand admin calls share one MLflow and one database.
+        self._lock = threading.Lock()
+        self.last_report: SyncReport | None = None
+        self.last_error: str | None = None
+        self.last_run_at: float | None = None
 
     @property
     def registry(self) -> MlflowRegistry:
@@ -76,6 +83,22 @@ class MlflowSync:
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, "
                              f"got {direction!r}")
+        with self._lock:
+            self.last_run_at = time.time()
+            try:
+                self.last_report = self._sync(direction)
+                self.last_error = None
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                raise
+            return self.last_report
+
+    def status(self) -> dict[str, Any]:
+        return {"tracking_uri": self.tracking_uri, "prefix": self.prefix,
+                "last_run_at": self.last_run_at, "last_error": self.last_error,
+                "last_report": self.last_report.to_dict() if self.last_report else None}
+
+    def _sync(self, direction: str) -> SyncReport:
         registry = self.registry
         registry.check()
         remote = {name[len(self.prefix):]: model

@@ -40,8 +40,11 @@ class Measurement:
 
 
 def measure(delta: Scrape, model: str, stable: str, candidate: str, spec: Analysis,
-            interval_s: float) -> Measurement:
-    cand, base = delta.get(model, candidate), delta.get(model, stable)
+            interval_s: float, *, mirrored: bool = False) -> Measurement:
+    """`mirrored`: clients are not sent to the candidate (shadow, blue/green's gate), so its
+    side also counts the shadow copies it answered; the stable side is client traffic only."""
+    cand = delta.get(model, candidate, with_shadow=mirrored)
+    base = delta.get(model, stable)
     short = [f"{name} '{version}' served {int(side.requests)} requests"
              for name, version, side in (("candidate", candidate, cand),
                                          ("stable", stable, base))

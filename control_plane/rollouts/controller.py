@@ -186,7 +186,8 @@ class RolloutController:
         stable = rollout.from_version.label if rollout.from_version else ""
         model = store.model_names(session, [rollout])[rollout.model_id]
         result = measure(scrape.since(baseline.scrape), model, stable,
-                         rollout.to_version.label, spec.analysis, now - baseline.at)
+                         rollout.to_version.label, spec.analysis, now - baseline.at,
+                         mirrored=rollout.spec.get("mode") == "shadow")
         self._baselines[rollout.id] = Baseline(scrape, now)
         t.record_measurement(session, rollout, result)
         if result.verdict == "inconclusive":

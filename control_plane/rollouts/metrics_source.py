@@ -1,7 +1,9 @@
 """The gateway's own per-version metrics, scraped and reduced to cumulative counts.
 
 A `Scrape` maps (model, version) to `VersionCounts`: requests, 5xx errors and the latency
-and TTFT histograms, all cumulative since each gateway started. Analysis never looks at a
+and TTFT histograms, all cumulative since each gateway started. Shadow copies are kept apart
+(`Scrape.shadow`, from the inferplane_shadow_* families): clients never saw them, so they
+never mix with client traffic, yet they are the only traffic a mirrored candidate gets. Analysis never looks at a
 single scrape, only at `Scrape.since(earlier)` — the traffic of one interval. Several gateway
 replicas are summed; a replica that restarted (a counter went down) contributes its new
 total rather than a negative delta.
@@ -22,6 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 REQUESTS = "inferplane_requests_total"
 DURATION = "inferplane_request_duration_seconds"
 TTFT = "inferplane_time_to_first_token_seconds"
+SHADOW_REQUESTS = "inferplane_shadow_requests_total"
+SHADOW_DURATION = "inferplane_shadow_request_duration_seconds"
+SHADOW_TTFT = "inferplane_shadow_time_to_first_token_seconds"
+# Shadow outcomes the candidate answered (well or not); "dropped" and "no_backend" copies
+# never reached it, so they say nothing about it.
+SHADOW_ANSWERED = {"ok": False, "error": True, "timeout": True}  # outcome → counts as error
 SCRAPE_TIMEOUT_S = 5.0
 
 Key = tuple[str, str]  # (model, version)
@@ -109,9 +117,15 @@ class VersionCounts:
 class Scrape:
     taken_at: float
     series: dict[Key, VersionCounts] = field(default_factory=dict)
+    shadow: dict[Key, VersionCounts] = field(default_factory=dict)  # mirrored copies only
 
-    def get(self, model: str, version: str) -> VersionCounts:
-        return self.series.get((model, version), VersionCounts())
+    def get(self, model: str, version: str, *, with_shadow: bool = False) -> VersionCounts:
+        """Client traffic of the version; with_shadow adds the shadow copies it answered."""
+        counts = VersionCounts()
+        counts.add(self.series.get((model, version), VersionCounts()))
+        if with_shadow:
+            counts.add(self.shadow.get((model, version), VersionCounts()))
+        return counts
 
     def model_total(self, model: str) -> VersionCounts:
         total = VersionCounts()
@@ -121,12 +135,18 @@ class Scrape:
         return total
 
     def merge(self, other: Scrape) -> None:
-        for key, counts in other.series.items():
-            self.series.setdefault(key, VersionCounts()).add(counts)
+        for mine, theirs in ((self.series, other.series), (self.shadow, other.shadow)):
+            for key, counts in theirs.items():
+                mine.setdefault(key, VersionCounts()).add(counts)
 
     def since(self, earlier: Scrape) -> Scrape:
-        return Scrape(self.taken_at, {key: counts.since(earlier.series.get(key, VersionCounts()))
-                                      for key, counts in self.series.items()})
+        return Scrape(self.taken_at, _deltas(self.series, earlier.series),
+                      _deltas(self.shadow, earlier.shadow))
+
+
+def _deltas(now: dict[Key, VersionCounts], before: dict[Key, VersionCounts]
+            ) -> dict[Key, VersionCounts]:
+    return {key: counts.since(before.get(key, VersionCounts())) for key, counts in now.items()}
 
 
 def parse_metrics(text: str, taken_at: float | None = None) -> Scrape:
@@ -141,21 +161,39 @@ def parse_metrics(text: str, taken_at: float | None = None) -> Scrape:
 def _absorb(scrape: Scrape, name: str, labels: dict[str, str], value: float) -> None:
     if "model" not in labels:
         return
-    counts = scrape.series.setdefault((labels["model"], labels.get("version", "")),
-                                      VersionCounts())
+    key = (labels["model"], labels.get("version", ""))
     if name == REQUESTS:
+        counts = scrape.series.setdefault(key, VersionCounts())
         counts.requests += value
         if labels.get("code", "").startswith("5"):
             counts.errors += value
         return
-    for prefix, histogram in ((DURATION, counts.duration), (TTFT, counts.ttft)):
-        if name == prefix + "_bucket":
-            bound = float(labels["le"])
-            histogram.buckets[bound] = histogram.buckets.get(bound, 0.0) + value
-        elif name == prefix + "_count":
-            histogram.count += value
-        elif name == prefix + "_sum":
-            histogram.total += value
+    if name == SHADOW_REQUESTS:
+        outcome = labels.get("outcome", "")
+        if outcome in SHADOW_ANSWERED:
+            counts = scrape.shadow.setdefault(key, VersionCounts())
+            counts.requests += value
+            counts.errors += value if SHADOW_ANSWERED[outcome] else 0.0
+        return
+    for prefix, series, pick in ((DURATION, scrape.series, "duration"),
+                                 (TTFT, scrape.series, "ttft"),
+                                 (SHADOW_DURATION, scrape.shadow, "duration"),
+                                 (SHADOW_TTFT, scrape.shadow, "ttft")):
+        if name.startswith(prefix) and name[len(prefix):] in ("_bucket", "_count", "_sum"):
+            _absorb_histogram(getattr(series.setdefault(key, VersionCounts()), pick),
+                              name[len(prefix):], labels, value)
+            return
+
+
+def _absorb_histogram(histogram: Histogram, part: str, labels: dict[str, str],
+                      value: float) -> None:
+    if part == "_bucket":
+        bound = float(labels["le"])
+        histogram.buckets[bound] = histogram.buckets.get(bound, 0.0) + value
+    elif part == "_count":
+        histogram.count += value
+    else:
+        histogram.total += value
 
 
 class MetricsSource:

@@ -1,4 +1,4 @@
-"""A real `mlflow server` (SQLite backend store, file artifact root) for the module, and a
+"""A real `mlflow server` (SQLite backend store, file artifact root) shared by these tests, and a
 freshly migrated Inferplane registry per test. Each test scopes its MLflow models with its own
 name prefix, so tests share one server without seeing each other's models."""
 
@@ -15,7 +15,7 @@ from tests.conftest import free_port, start_process, stop_process, wait_http
 _prefixes = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()

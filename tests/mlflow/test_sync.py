@@ -4,6 +4,7 @@ conflicts, idempotence, and clear errors."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import pytest
@@ -222,6 +223,13 @@ async def test_run_loop_syncs_until_stopped(sessions, client, mlflow_uri, prefix
     stop.set()
     await asyncio.wait_for(task, 10)
     assert local_aliases(sessions, "loop") == {"champion": "1"}
+
+
+def test_missing_mlflow_package_is_a_clear_error(sessions, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # what an install without the extra sees
+    sync = MlflowSync(sessions, "http://127.0.0.1:5000")  # constructing needs no mlflow
+    with pytest.raises(MlflowUnavailable, match=r"pip install 'inferplane\[mlflow\]'"):
+        sync.pull()
 
 
 def test_unreachable_server_and_bad_arguments_fail_clearly(sessions):

@@ -63,7 +63,7 @@ def make_peft_dir(root: Path, name: str, rank: int = 4, hidden: int = 576) -> Pa
 def adapter_engine(tmp_path):
     """A simulated engine with the runtime LoRA routes (2 slots); yields its OpenAI base URL."""
     port = free_port()
-    args = ["-m", "tests.tiers.adapter_engine", "--served-model-name", "base", "--port", str(port),
+    args = ["-m", "builtin_engine", "serve", "--served-model-name", "base", "--port", str(port),
             "--model", SIM_MODEL, "--max-loras", "2"]
     for key, value in SIM_ARGS.items():
         flag = "--" + key.replace("_", "-")

@@ -84,11 +84,12 @@ async def test_hysteresis_over_sqlite(sessions):
 
 async def test_promotion_waits_for_engine_budget(sessions):
     add_model(sessions, "eager", "cold")
+    add_model(sessions, "occupant", "hot")
     clock = Clock()
     supervisor = EngineSupervisor()
-    # A registered (not running) engine of another model fills the budget of one.
-    other = EngineSpec(name="someone-else", model="x", port=9)
-    supervisor.processes["someone-else:9"] = EngineProcess(other)
+    # A registered (not launched) engine of a hot model fills the budget of one.
+    other = EngineSpec(name="occupant", model="x", port=9)
+    supervisor.processes["occupant:9"] = EngineProcess(other)
     manager = TierManager(sessions, supervisor, lambda: None,
                           TierConfig(rate_window_s=10.0, max_engines=1, **LIMITS), clock)
     await manager.tick()

@@ -1,0 +1,17 @@
+"""One live stack per test module (see stack.py); every process it started is stopped."""
+from __future__ import annotations
+
+import pytest
+
+from .stack import Stack, start_stack, stop_all
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Stack:
+    work = tmp_path_factory.mktemp("rollouts")
+    live, procs = start_stack(work)
+    try:
+        yield live
+    finally:
+        live.client.close()
+        stop_all(procs)
