@@ -18,6 +18,7 @@ process-global OpenTelemetry provider (a no-op until someone installs one).
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from typing import AsyncIterator, Mapping
 
 from opentelemetry import context as otel_context
@@ -31,6 +32,9 @@ TRACER_NAME = "inferplane.engine"
 UNTRACED_PATHS = frozenset({"/metrics", "/health", "/kv/summary", "/stats"})
 _PROPAGATOR = TraceContextTextMapPropagator()
 _provider: trace.TracerProvider | None = None
+# The request's server span: phase spans hang directly under it, whatever spans a framework
+# opened in between.
+_REQUEST_SPAN: ContextVar[trace.Span | None] = ContextVar("engine_request_span", default=None)
 
 
 def setup_engine_tracing(service_name: str = "inferplane-engine", otlp_endpoint: str | None = None,
@@ -83,13 +87,18 @@ class EngineTraceMiddleware:
                 name, context=extract_parent(_headers(scope)), kind=trace.SpanKind.SERVER,
                 attributes={"http.request.method": scope["method"], "url.path": scope["path"]},
         ) as span:
+            token = _REQUEST_SPAN.set(span)
+
             async def send_status(message):
                 if message["type"] == "http.response.start":
                     span.set_attribute("http.response.status_code", message["status"])
                     if message["status"] >= 500:
                         span.set_status(trace.Status(trace.StatusCode.ERROR))
                 await send(message)
-            await self.app(scope, receive, send_status)
+            try:
+                await self.app(scope, receive, send_status)
+            finally:
+                _REQUEST_SPAN.reset(token)
 
 
 class _Timeline:
@@ -152,8 +161,10 @@ def _record(timeline: _Timeline, parent: otel_context.Context) -> None:
 
 async def traced_outputs(outputs: AsyncIterator) -> AsyncIterator:
     """Pass `outputs` through unchanged, recording the request's phases as child spans of the
-    span current when iteration starts (the request's server span)."""
-    parent = otel_context.get_current()
+    request's server span (EngineTraceMiddleware), else of the span current at the start."""
+    request_span = _REQUEST_SPAN.get()
+    parent = trace.set_span_in_context(request_span) if request_span is not None \
+        else otel_context.get_current()
     timeline = _Timeline()
     try:
         async for output in outputs:
