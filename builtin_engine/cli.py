@@ -42,6 +42,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-loras", type=int, default=4, help="LoRA adapter slots")
     p.add_argument("--lora-load-cost-s", type=float, default=0.0,
                    help="simulated adapter load time")
+    p.add_argument("--otlp-endpoint", default=None, help="export traces (OTLP/HTTP)")
     p.add_argument("--drain-timeout", type=float, default=10.0)
     p.add_argument("--log-level", default="info")
 
@@ -108,6 +109,9 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
+    from .tracing import setup_engine_tracing
+
+    setup_engine_tracing(f"inferplane-engine-{served}", args.otlp_endpoint)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -2,6 +2,7 @@
 KV summary for precise prefix-aware routing."""
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from typing import AsyncIterator
@@ -17,6 +18,12 @@ from .adapters import router as adapter_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
 from .serving import TextChunk, generate_text, resolve_max_tokens
+from .tracing import EngineTraceMiddleware, traced_outputs
+
+
+# Our own spans continue the gateway's trace; FastAPI's built-in ones would start another.
+_NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
 def _sse(payload: dict) -> bytes:
@@ -75,8 +82,8 @@ class EngineService:
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
         # An adapter's KV blocks must never serve the base model: its name keys the prefix hash.
         adapter = body.model.encode() if body.model and self.adapters.is_loaded(body.model) else None
-        chunks = generate_text(self.engine, self.tokenizer, request_id, prompt_ids, params,
-                               priority=body.priority, extra_key=adapter)
+        chunks = traced_outputs(generate_text(self.engine, self.tokenizer, request_id, prompt_ids,
+                                              params, priority=body.priority, extra_key=adapter))
         try:  # errors before the first token keep their HTTP status
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -139,7 +146,9 @@ class _Renderer:
 
 def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
                       metrics_registry=None, adapters: AdapterRegistry | None = None) -> FastAPI:
-    app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None)
+    app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None,
+                  **_NATIVE_TRACING_OFF)
+    app.add_middleware(EngineTraceMiddleware)
     adapters = adapters or AdapterRegistry()
     service = EngineService(engine, tokenizer, served_name, max_model_len, adapters)
     app.state.service = service

@@ -58,7 +58,7 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
                                       lambda slo: RolloutController(
                                           sessions, RegistryMetricsSource(registry),
                                           _on_registry_change(snapshots), slo=slo,
-                                          registry=registry))
+                                          registry=registry, tick_s=settings.rollout_tick_s))
     mount_console(app)
     return app, controller
 

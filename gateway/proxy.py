@@ -17,7 +17,7 @@ from gateway.accounting import CLIENT_CLOSED, Accounting
 from gateway.admission import QueueFull, QueueTimeout
 from gateway.errors import OpenAIError, error_from_upstream
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
-from gateway.resolve import choose_version, resolve_model
+from gateway.resolve import choose_version, model_not_found, resolve_model
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
@@ -62,9 +62,9 @@ def _prompt_text(kind: str, body: dict) -> str:
 
 
 def _check_access(principal, req, model_view) -> None:
+    # OpenAI's convention: a model the key may not use looks exactly like a missing one.
     if not (principal.may_use(req.model) or principal.may_use(model_view.name)):
-        raise OpenAIError(403, f"this key may not use the model '{req.model}'", param="model",
-                          code="model_not_allowed")
+        raise model_not_found(req.model)
 
 
 def _validate(req, model_view) -> None:
@@ -90,6 +90,8 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     body, req = parse_body(raw, schema)
     snapshot = state.snapshot
     model_view, version, adapter = resolve_model(snapshot, req.model)
+    if state.cold_starter is not None:
+        state.cold_starter.note_request(model_view.name)
     gate = state.limits
     try:
         _check_access(principal, req, model_view)
@@ -111,11 +113,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
                 bool(req.stream_options and req.stream_options.include_usage), adapter, ctx, acct)
     version = version or choose_version(model_view, session)
     try:
-        if not any(state.router.candidates(backends)
-                   for _, backends, _ in _attempt_plan(snapshot, model_view, version)):
-            state.metrics.rejections.labels(call.requested, "no_backend").inc()
-            raise OpenAIError(503, f"no ready backend for model '{call.requested}'",
-                              code="no_ready_backend")
+        snapshot, model_view = await _ready_backends(state, call, snapshot, model_view, version)
         with child_span("gateway.queue"):
             await _admit(state, call, model_view, principal, prompt_tokens + (
                 requested_max_tokens(req) or 0))
@@ -132,6 +130,33 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     except BaseException:
         acct.finish(500)
         raise
+
+
+def _has_candidates(state: GatewayState, snapshot, model_view, version) -> bool:
+    return any(state.router.candidates(backends)
+               for _, backends, _ in _attempt_plan(snapshot, model_view, version))
+
+
+async def _ready_backends(state: GatewayState, call: Call, snapshot, model_view, version):
+    """(snapshot, model_view) with a routable backend; a cold model (or an adapter nobody holds)
+    is started through the control plane and the request held within the cold-start budget."""
+    if _has_candidates(state, snapshot, model_view, version):
+        return snapshot, model_view
+    starter = state.cold_starter
+    if starter is not None and (model_view.tier in ("cold", "warm") or call.adapter):
+        budget = state.settings.admission.cold_start_budget_s
+        with child_span("gateway.cold_start"):
+            if await starter.ensure_backend(model_view.name, budget, adapter=call.adapter):
+                snapshot = state.snapshot
+                model_view = snapshot.models.get(model_view.name, model_view)
+                if _has_candidates(state, snapshot, model_view, version):
+                    return snapshot, model_view
+        state.metrics.rejections.labels(call.requested, "cold_start_timeout").inc()
+        raise OpenAIError(503, f"model '{call.requested}' did not start within {budget:.0f}s",
+                          code="cold_start_timeout", headers={"Retry-After": "5"})
+    state.metrics.rejections.labels(call.requested, "no_backend").inc()
+    raise OpenAIError(503, f"no ready backend for model '{call.requested}'",
+                      code="no_ready_backend")
 
 
 PRIORITIES = ("high", "standard", "batch")

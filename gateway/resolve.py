@@ -18,8 +18,12 @@ def resolve_model(snapshot, requested: str):
     model = snapshot.models.get(base) if sep else None
     if model is not None and adapter in (getattr(model, "adapters", ()) or ()):
         return model, None, adapter
-    raise OpenAIError(404, f"The model '{requested}' does not exist or is not served here",
-                      param="model", code="model_not_found")
+    raise model_not_found(requested)
+
+
+def model_not_found(requested: str) -> OpenAIError:
+    return OpenAIError(404, f"The model '{requested}' does not exist or you do not have access "
+                       "to it.", param="model", code="model_not_found")
 
 
 def choose_version(model_view, sticky_key: str | None) -> str | None:

@@ -65,6 +65,7 @@ class AdmissionSettings(_Section):
     queue_size: int = Field(256, ge=0)
     queue_timeout_s: float = Field(30.0, gt=0)
     max_inflight_per_backend: int = Field(256, ge=1)
+    cold_start_budget_s: float = Field(120.0, ge=0)  # hold a cold model's request this long
 
 
 class ShadowSettings(_Section):

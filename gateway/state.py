@@ -62,6 +62,7 @@ class GatewayState:
     admission: object | None = None
     limits: object | None = None
     shadow: ShadowMirror | None = None
+    cold_starter: object | None = None  # gateway.coldstart.ColdStarter, set by the control plane
     usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
 

@@ -45,9 +45,10 @@ def measure(delta: Scrape, model: str, stable: str, candidate: str, spec: Analys
     side also counts the shadow copies it answered; the stable side is client traffic only."""
     cand = delta.get(model, candidate, with_shadow=mirrored)
     base = delta.get(model, stable)
-    short = [f"{name} '{version}' served {int(side.requests)} requests"
-             for name, version, side in (("candidate", candidate, cand),
-                                         ("stable", stable, base))
+    served = "answered (shadow copies included)" if mirrored else "served"
+    short = [f"{name} '{version}' {verb} {int(side.requests)} requests"
+             for name, version, side, verb in (("candidate", candidate, cand, served),
+                                               ("stable", stable, base, "served"))
              if side.requests < spec.min_requests]
     if short:
         message = "; ".join(short) + f", fewer than min_requests={spec.min_requests}"

@@ -3,10 +3,10 @@
 A `Scrape` maps (model, version) to `VersionCounts`: requests, 5xx errors and the latency
 and TTFT histograms, all cumulative since each gateway started. Shadow copies are kept apart
 (`Scrape.shadow`, from the inferplane_shadow_* families): clients never saw them, so they
-never mix with client traffic, yet they are the only traffic a mirrored candidate gets. Analysis never looks at a
-single scrape, only at `Scrape.since(earlier)` — the traffic of one interval. Several gateway
-replicas are summed; a replica that restarted (a counter went down) contributes its new
-total rather than a negative delta.
+never mix with client traffic, yet they are the only traffic a mirrored candidate gets.
+Analysis never looks at a single scrape, only at `Scrape.since(earlier)` — the traffic of
+one interval. Several gateway replicas are summed; a replica that restarted (a counter went
+down) contributes its new total rather than a negative delta.
 """
 
 from __future__ import annotations

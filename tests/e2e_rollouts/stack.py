@@ -105,7 +105,7 @@ class Reply:
 class Traffic:
     """Chat requests from background threads until stopped (or `limit` requests in all)."""
 
-    def __init__(self, stack: Stack, model: str, threads: int = 2, pace_s: float = 0.03,
+    def __init__(self, stack: Stack, model: str, threads: int = 3, pace_s: float = 0.03,
                  limit: int = 4000):
         self.stack, self.model, self.pace_s, self.limit = stack, model, pace_s, limit
         self.replies: list[Reply] = []

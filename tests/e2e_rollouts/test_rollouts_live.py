@@ -9,7 +9,7 @@ import httpx
 
 from .stack import FLAKY_MARKER, Stack, Traffic, send
 
-ANALYSIS = {"interval_s": 1.5, "min_requests": 4, "max_error_rate": 0.1, "failure_limit": 0}
+ANALYSIS = {"interval_s": 2.0, "min_requests": 4, "max_error_rate": 0.1, "failure_limit": 0}
 CANARY_STEPS = [{"weight": 0.2, "pause_s": 1}, {"weight": 0.5, "pause_s": 1}]
 
 

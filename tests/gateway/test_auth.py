@@ -1,5 +1,6 @@
 """API keys and JWTs: missing, bad, revoked, expired, allowlist, role checks."""
 import time
+from dataclasses import replace
 
 import jwt
 import pytest
@@ -59,9 +60,30 @@ def test_expired_key_is_401(gw):
     assert "expired" in assert_openai_error(post(gw, "expired"), 401)["message"]
 
 
-def test_model_allowlist_is_403(gw):
-    assert_openai_error(post(gw, "only_other"), 403, param="model", code="model_not_allowed")
+def test_model_outside_the_allowlist_looks_missing(gw):
+    hidden = assert_openai_error(post(gw, "only_other"), 404, param="model",
+                                 code="model_not_found")
+    missing = assert_openai_error(post(gw, "only_other", body=chat_body("nope")), 404,
+                                  param="model", code="model_not_found")
+    assert hidden["message"].replace("'m'", "'nope'") == missing["message"]
     assert post(gw, "only_other", body=chat_body("other")).status_code == 200
+
+
+def test_models_list_has_aliases_and_adapters_the_key_may_use(gw):
+    snap = gw.source.current
+    models = dict(snap.models)
+    models["other"] = replace(models["other"], adapters=("sql",))
+    models["m"] = replace(models["m"], adapters=("poet",))
+    gw.source.current = replace(snap, models=models, aliases={"other:canary": "other",
+                                                              "m:stable": "m"})
+    with gw.client("only_other") as c:
+        data = c.get("/v1/models").json()["data"]
+    assert [(d["id"], d["parent"]) for d in data] == [
+        ("other", None), ("other:sql", "other"), ("other:canary", "other")]
+    assert post(gw, "only_other", body=chat_body("m:stable")).status_code == 404
+    with gw.client("user") as c:
+        ids = {d["id"] for d in c.get("/v1/models").json()["data"]}
+    assert ids == {"m", "m:poet", "m:stable", "other", "other:sql", "other:canary"}
 
 
 def test_models_list_follows_allowlist(gw):
@@ -75,7 +97,8 @@ def test_models_list_follows_allowlist(gw):
 
 def test_jwt_happy_path_and_model_claim(gw):
     assert post(gw, bearer=token()).status_code == 200
-    assert_openai_error(post(gw, bearer=token(), body=chat_body("other")), 403)
+    assert_openai_error(post(gw, bearer=token(), body=chat_body("other")), 404,
+                        code="model_not_found")
 
 
 def test_jwt_expired_is_401(gw):
