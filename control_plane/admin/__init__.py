@@ -9,17 +9,19 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import adapters, aliases, audit, backends, keys, models, teams, versions
+from . import adapters, aliases, audit, backends, keys, models, slos, teams, versions
 from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit)
 
 
-def build_admin_router(session_factory: sessionmaker[Session], snapshot_source) -> APIRouter:
+def build_admin_router(session_factory: sessionmaker[Session], snapshot_source,
+                       slo=None) -> APIRouter:
     ctx = AdminContext(session_factory, snapshot_source)
     root = APIRouter(prefix=ADMIN_PREFIX)
     for module in ROUTER_MODULES:
         root.include_router(module.build_router(ctx))
+    root.include_router(slos.build_router(ctx, slo))
     return root
 
 
@@ -29,7 +31,7 @@ def include_admin_routers(app: FastAPI, session_factory: sessionmaker[Session],
     from control_plane.rollouts import include_rollout_routes
 
     install_admin_error_handlers(app)
-    app.include_router(build_admin_router(session_factory, snapshot_source))
+    app.include_router(build_admin_router(session_factory, snapshot_source, slo))
     include_rollout_routes(app, session_factory, snapshot_source, slo)
 
 

@@ -151,4 +151,8 @@ async def test_spent_error_budget_refuses_to_start_unless_forced(api):
     message = r.json()["error"]["message"]
     assert "SLO 'ttft-p95'" in message and "-300.0% of its error budget left" in message
     assert "pass \"force\": true" in message
+    budget = await api.client.get(f"/admin/v1/models/{MODEL}/error-budget", headers=api.auth())
+    [status] = budget.json()["data"]
+    assert (status["slo"], status["total"], status["bad"]) == ("ttft-p95", 100, 20)
+    assert status["remaining"] < 0
     assert (await api.post(URL, {**CANARY, "force": True})).status_code == 201
