@@ -1,7 +1,9 @@
 """Shared fixtures: the real model file, free ports, and server processes that always stop."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,3 +61,28 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+@contextlib.contextmanager
+def running_up(work: Path, config: dict, ready_path: str = "/readyz", timeout: float = 300.0):
+    """`inferplane up` in `work` with this config on a free port; yields (base_url, admin_key,
+    process). Stopped with Ctrl-C (SIGINT) on exit, as a user would."""
+    port = free_port()
+    (work / "inferplane.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "INFERPLANE_ADMIN_KEY"}
+    log = open(work / "up.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config",
+                             str(work / "inferplane.yaml"), "--port", str(port)], cwd=work,
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}{ready_path}", proc, timeout=timeout)
+        key = (work / ".inferplane" / "admin.key").read_text().strip()
+        yield f"http://127.0.0.1:{port}", key, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()

@@ -2,18 +2,14 @@
 up registry changes again once it is back."""
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 import uuid
 
 import httpx
 import psycopg
 import pytest
-import yaml
 
-from tests.conftest import free_port, start_process, stop_process, wait_http
+from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
 from tests.e2e.tcp_proxy import TcpProxy
 
 MODEL = "outage-model"
@@ -34,28 +30,18 @@ def stack(database, tmp_path_factory):
     work = tmp_path_factory.mktemp("outage")
     proxy = TcpProxy(free_port(), 5432)
     proxy.start()
-    engine_port, port = free_port(), free_port()
+    engine_port = free_port()
     engine = start_process(["-m", "builtin_engine", "serve", "--simulate", "--port", str(engine_port),
                             "--served-model-name", MODEL, "--sim-decode-base-s", "0.001"],
                            log_path=work / "engine.log")
     config = {"database_url": f"postgresql://postgres@127.0.0.1:{proxy.listen_port}/{database}",
               "models": [{"name": MODEL, "engine": "openai",
                           "backends": [{"url": f"http://127.0.0.1:{engine_port}/v1"}]}]}
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
-    up = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config",
-                           str(work / "config.yaml"), "--port", str(port)], cwd=work,
-                          stdout=open(work / "up.log", "wb"), stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{engine_port}/health", engine, timeout=120)
-        wait_http(f"http://127.0.0.1:{port}/readyz", up, timeout=120)
-        key = (work / ".inferplane" / "admin.key").read_text().strip()
-        yield {"base": f"http://127.0.0.1:{port}", "key": key, "proxy": proxy}
+        with running_up(work, config) as (base, key, _):
+            yield {"base": base, "key": key, "proxy": proxy}
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(30)
-        except subprocess.TimeoutExpired:
-            up.kill()
         stop_process(engine)
         proxy.close()
 

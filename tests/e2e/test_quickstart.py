@@ -2,18 +2,15 @@
 official openai client, and every OpenAI error case of the request path."""
 from __future__ import annotations
 
-import os
 import signal
 import stat
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import free_port, wait_http
+from tests.conftest import free_port, running_up
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -22,30 +19,13 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("up")
-    port, engine_port = free_port(), free_port()
-    config = work / "inferplane.yaml"
-    config.write_text(f"engine_port_base: {engine_port}\n"
-                      f"models:\n  - name: {MODEL}\n    engine_args: {{max_num_seqs: 8}}\n"
-                      f"  - name: offline-model\n    engine: openai\n"
-                      f"    backends: [{{url: 'http://127.0.0.1:{free_port()}/v1'}}]\n")
-    env = {k: v for k, v in os.environ.items() if k != "INFERPLANE_ADMIN_KEY"}
-    log = open(work / "up.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config", str(config),
-                             "--port", str(port)], cwd=work, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/readyz", proc, timeout=300)
-        key = (work / ".inferplane" / "admin.key").read_text().strip()
-        yield {"proc": proc, "base": f"http://127.0.0.1:{port}", "key": key, "work": work,
-               "engine_port": engine_port}
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
+    engine_port = free_port()
+    config = {"engine_port_base": engine_port,
+              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 8}},
+                         {"name": "offline-model", "engine": "openai",
+                          "backends": [{"url": f"http://127.0.0.1:{free_port()}/v1"}]}]}
+    with running_up(work, config) as (base, key, proc):
+        yield {"proc": proc, "base": base, "key": key, "work": work, "engine_port": engine_port}
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,14 @@ serving traffic, scraped by a real Prometheus server.
 from __future__ import annotations
 
 import shutil
-import time
-import signal
 import subprocess
-import sys
+import time
 
 import httpx
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_port, wait_http
+from tests.conftest import ROOT, free_port, running_up, wait_http
 from tests.observability.metric_names import missing_metrics, names_from_exposition
 from tests.observability.test_prometheus_e2e import query, wait_for_samples
 
@@ -25,28 +23,15 @@ MODEL = "sim-chat"
 
 @pytest.fixture(scope="module")
 def live_stack(tmp_path_factory):
-    work = tmp_path_factory.mktemp("live")
-    port, engine_port = free_port(), free_port()
+    engine_port = free_port()
     engine_args = {"simulate": True, "sim_decode_base_s": 0.002, "sim_prefill_s_per_token": 0.00001,
                    "num_blocks": 512}
     config = {"engine_port_base": engine_port,
               "models": [{"name": MODEL, "model": "smollm2-135m-instruct",
                           "engine_args": engine_args}]}
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config",
-                             str(work / "config.yaml"), "--port", str(port)], cwd=work,
-                            stdout=open(work / "up.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/readyz", proc, timeout=180)
-        key = (work / ".inferplane" / "admin.key").read_text().strip()
-        yield {"gateway": f"127.0.0.1:{port}", "engine": f"127.0.0.1:{engine_port}", "key": key,
-               "work": work}
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with running_up(tmp_path_factory.mktemp("live"), config) as (base, key, _):
+        yield {"gateway": base.removeprefix("http://"), "engine": f"127.0.0.1:{engine_port}",
+               "key": key}
 
 
 def drive_traffic(stack, n: int = 40) -> None:
