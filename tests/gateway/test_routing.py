@@ -12,7 +12,7 @@ from tests.gateway.conftest import backend, chat_body, model
 
 
 def bv(i: int, weight: float = 1.0, state: str = "ready", adapters=()) -> BackendView:
-    return BackendView(id=f"b{i}", url=f"http://127.0.0.1:1/v1", engine="vllm", served_model="x",
+    return BackendView(id=f"b{i}", url="http://127.0.0.1:1/v1", engine="vllm", served_model="x",
                        gpu=None, weight=weight, tier="hot", state=state, adapters=adapters,
                        version="v1")
 

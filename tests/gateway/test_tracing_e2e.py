@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 
-import httpx
 import pytest
 import uvicorn
 from opentelemetry import trace
