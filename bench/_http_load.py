@@ -55,7 +55,7 @@ class Pool:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def call(self, request: bytes) -> int:
-        for _ in range(2):   # a stale idle connection (closed by the server) gets one retry
+        while True:   # idle connections the server closed meanwhile are dropped, not errors
             fresh = not self.idle
             conn = self.idle.pop() if self.idle else await asyncio.open_connection(
                 self.host, self.port)
@@ -69,7 +69,6 @@ class Pool:
                 continue
             self.idle.append(conn)
             return status
-        raise ConnectionError("connection closed twice")
 
     async def warm(self, request: bytes, n: int) -> None:
         await asyncio.gather(*(self.call(request) for _ in range(n)))
@@ -83,19 +82,18 @@ async def open_loop(pool: Pool, request: bytes, rate: float, duration: float) ->
     total = int(rate * duration)
     latencies: list[float] = []
     lags: list[float] = []
-    errors = 0
+    errors: dict[str, int] = {}   # status code or exception name -> count
 
     async def one(scheduled: float) -> None:
-        nonlocal errors
         lags.append(time.perf_counter() - scheduled)
         try:
-            ok = await pool.call(request) == 200
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            ok = False
-        if ok:
+            status = await pool.call(request)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            status = type(exc).__name__
+        if status == 200:
             latencies.append(time.perf_counter() - scheduled)
         else:
-            errors += 1
+            errors[str(status)] = errors.get(str(status), 0) + 1
 
     tasks = []
     t0 = time.perf_counter() + 0.01
@@ -109,7 +107,8 @@ async def open_loop(pool: Pool, request: bytes, rate: float, duration: float) ->
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t0
     lags.sort()
-    return {"latencies": latencies, "errors": errors, "sent": total,
+    return {"latencies": latencies, "errors": sum(errors.values()), "error_kinds": errors,
+            "sent": total,
             "achieved_rps": len(latencies) / elapsed,
             "lag_p99_ms": lags[int(0.99 * (len(lags) - 1))] * 1000 if lags else 0.0}
 

@@ -1,17 +1,20 @@
 """Gateway overhead: a fast mock engine called directly vs through the gateway.
 
     python bench/gateway_overhead.py [--rates 100,500,1000] [--duration 10] [--stream both]
-        [--max-duration 10] [--connections 64] [--profile DIR]
+        [--max-duration 10] [--connections 64] [--profile DIR] [--profile-rate 500]
+        [--log-level INFO] [--tracing on]
 
-Per mode (stream / non-stream) and fixed open-loop rate, the latency the gateway adds at
-P50/P95/P99 (through-gateway percentile minus direct percentile, same generator, same rate),
-then the maximum sustainable RPS of each path measured with `wrk` (closed loop, C connections;
-apt-get install wrk) or, without wrk, the highest open-loop rate with under 1% errors.
-The mock engine (bench/_mock_engine.py), the gateway and the load generator
+Per mode (stream / non-stream) and fixed open-loop rate: the latency the gateway adds at
+P50/P95/P99 (through-gateway percentile minus direct percentile, same generator, same rate)
+and the gateway's CPU time per request (from /proc, steadier than latency on a shared box);
+then the maximum sustainable RPS of each path, measured with `wrk` (closed loop, C
+connections; apt-get install wrk) or, without wrk, the highest open-loop rate with under 1%
+errors. The mock engine (bench/_mock_engine.py), the gateway and the load generator
 (bench/_http_load.py) are separate processes; on a small machine they share the cores, so the
-figures are an upper bound on what the gateway costs on its own core.
---profile DIR records the gateway with py-spy during each 500 RPS run and prints its hottest
-functions (pip install py-spy).
+figures are an upper bound on what the gateway costs on a core of its own.
+--log-level and --tracing set the gateway's settings of those names, to price them.
+--profile DIR records the gateway with py-spy during the --profile-rate run and prints its
+hottest functions (pip install py-spy).
 """
 from __future__ import annotations
 
@@ -40,9 +43,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_gateway(port: int, engine_port: int) -> None:
+def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool) -> None:
     """Child process: the gateway app with a static snapshot pointing at the mock engine, served
-    the way `inferplane gateway` serves it (uvloop, httptools, INFO logging)."""
+    the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup)."""
     import logging
 
     import uvicorn
@@ -53,7 +56,6 @@ def serve_gateway(port: int, engine_port: int) -> None:
     from registry.keys import hash_key
     from registry.snapshot import BackendView, KeyView, ModelView, RoutingSnapshot
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     for noisy in ("httpx", "httpcore"):   # as `inferplane gateway` does (control_plane.up)
         logging.getLogger(noisy).setLevel(logging.WARNING)
     b = BackendView(id="mock", url=f"http://127.0.0.1:{engine_port}/v1", engine="vllm",
@@ -68,7 +70,8 @@ def serve_gateway(port: int, engine_port: int) -> None:
     class Source:
         current = RoutingSnapshot(version=1, models={"mock": m}, aliases={}, keys={k.key_hash: k})
 
-    settings = GatewaySettings(routing={"load_poll_interval_s": 0},
+    settings = GatewaySettings(routing={"load_poll_interval_s": 0}, log_level=log_level,
+                               tracing={"enabled": tracing},
                                admission={"queue_size": 100_000,
                                           "max_inflight_per_backend": 100_000})
     uvicorn.run(create_gateway_app(settings, Source()), host="127.0.0.1", port=port,
@@ -76,9 +79,12 @@ def serve_gateway(port: int, engine_port: int) -> None:
                 backlog=4096)
 
 
-def spawn(args: list[str], health: str) -> subprocess.Popen:
+def spawn(args: list[str], health: str, log: Path) -> subprocess.Popen:
+    """Start a server whose output goes to `log` (a file, as in production, not a terminal)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -98,20 +104,27 @@ def load(url: str, rate: float, duration: float, stream: bool) -> dict:
     return json.loads(out.stdout)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (robust to other load, unlike latency)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
-def report(label: str, direct: dict, through: dict) -> dict:
+def report(label: str, direct: dict, through: dict, cpu_s: float) -> dict:
     d = [pct(direct["latencies"], q) for q in PCTS]
     g = [pct(through["latencies"], q) for q in PCTS]
     added = [b - a for a, b in zip(d, g)]
     print(f"{label:<22} added P50 {added[0]:6.2f} ms  P95 {added[1]:6.2f} ms  "
           f"P99 {added[2]:6.2f} ms | direct P50/P99 {d[0]:.2f}/{d[2]:.2f} ms, gateway "
-          f"{g[0]:.2f}/{g[2]:.2f} ms | errors {direct['errors']}/{through['errors']}, "
+          f"{g[0]:.2f}/{g[2]:.2f} ms | errors {direct['error_kinds']}/{through['error_kinds']}, "
           f"achieved {through['achieved_rps']:.0f} RPS, send lag P99 "
-          f"{through['lag_p99_ms']:.1f} ms", flush=True)
+          f"{through['lag_p99_ms']:.1f} ms, gateway CPU "
+          f"{cpu_s * 1e6 / max(1, through['sent']):.0f} us/request", flush=True)
     return {"label": label, "added_ms": added, "direct_ms": d, "gateway_ms": g,
             "errors": [direct["errors"], through["errors"]]}
 
@@ -184,12 +197,15 @@ def hottest(collapsed: Path, top: int = 15) -> None:
 
 def run(args) -> list[dict]:
     engine_port, gateway_port = free_port(), free_port()
+    logs = Path(tempfile.mkdtemp(prefix="gateway-overhead-"))
+    print(f"server logs in {logs}", flush=True)
     procs = [spawn([str(BENCH / "_mock_engine.py"), "--port", str(engine_port)],
-                   f"http://127.0.0.1:{engine_port}/health")]
+                   f"http://127.0.0.1:{engine_port}/health", logs / "engine.log")]
     results = []
     try:
-        procs.append(spawn([__file__, "--serve-gateway", str(gateway_port), str(engine_port)],
-                           f"http://127.0.0.1:{gateway_port}/healthz"))
+        procs.append(spawn([__file__, "--serve-gateway", str(gateway_port), str(engine_port),
+                            "--log-level", args.log_level, "--tracing", args.tracing],
+                           f"http://127.0.0.1:{gateway_port}/healthz", logs / "gateway.log"))
         direct = f"http://127.0.0.1:{engine_port}/v1/chat/completions"
         through = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
         modes = {"yes": [True], "no": [False], "both": [False, True]}[args.stream]
@@ -198,12 +214,14 @@ def run(args) -> list[dict]:
             for rate in (float(r) for r in args.rates.split(",")):
                 d = load(direct, rate, args.duration, stream)
                 spy = None
-                if args.profile and rate == 500:
+                if args.profile and rate == args.profile_rate:
                     out = Path(args.profile) / f"gateway-{kind}-{rate:.0f}.txt"
                     out.parent.mkdir(parents=True, exist_ok=True)
                     spy = profiled(procs[1].pid, out, args.duration)
+                cpu = cpu_seconds(procs[1].pid)
                 g = load(through, rate, args.duration, stream)
-                results.append(report(f"{kind} @ {rate:.0f} RPS", d, g))
+                cpu = cpu_seconds(procs[1].pid) - cpu
+                results.append(report(f"{kind} @ {rate:.0f} RPS", d, g, cpu))
                 if spy is not None:
                     spy.wait(timeout=60)
                     hottest(out)
@@ -226,10 +244,15 @@ def main() -> None:
                         help="seconds of each max-RPS run (0 skips it)")
     parser.add_argument("--connections", type=int, default=64, help="wrk connections")
     parser.add_argument("--profile", default=None, help="directory for py-spy recordings")
+    parser.add_argument("--profile-rate", type=float, default=500, help="the rate to profile")
+    parser.add_argument("--log-level", default="INFO",
+                        help="the gateway's log level (INFO writes one access line per request)")
+    parser.add_argument("--tracing", choices=["on", "off"], default="on",
+                        help="the gateway's OpenTelemetry spans (on is the default setting)")
     parser.add_argument("--serve-gateway", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
-        serve_gateway(*args.serve_gateway)
+        serve_gateway(*args.serve_gateway, args.log_level, args.tracing == "on")
         return
     run(args)
 

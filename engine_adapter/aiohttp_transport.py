@@ -55,9 +55,11 @@ class _ResponseStream(httpx.AsyncByteStream):
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    def __init__(self, max_connections: int = 2048, keepalive_expiry: float = 30.0):
+    def __init__(self, max_connections: int = 2048, keepalive_expiry: float = 30.0,
+                 trace_configs: list[aiohttp.TraceConfig] | None = None):
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
+        self.trace_configs = trace_configs   # aiohttp's connection/request event hooks
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -67,7 +69,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                                          enable_cleanup_closed=False, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                               skip_auto_headers=("User-Agent",),
-                                              cookie_jar=aiohttp.DummyCookieJar())
+                                              cookie_jar=aiohttp.DummyCookieJar(),
+                                              trace_configs=self.trace_configs)
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -27,6 +27,7 @@ TRACER_NAME = "inferplane.gateway"
 OTLP_TRACES_PATH = "/v1/traces"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
+_tracers: dict[str, trace.Tracer] = {}   # of _provider, by name
 _global_provider_set = False
 
 
@@ -71,6 +72,7 @@ def setup_tracing(service_name: str, otlp_endpoint: str | None = None,
             provider.add_span_processor(BatchSpanProcessor(otlp))
     if _provider is not None:
         _provider.shutdown()
+    _tracers.clear()
     if not _global_provider_set:
         # The global provider can be set once per process; libraries instrumented
         # with the OpenTelemetry API pick it up from there.
@@ -100,7 +102,11 @@ def get_tracer(name: str = TRACER_NAME) -> trace.Tracer:
     """A tracer from the configured provider; a no-op tracer before setup_tracing."""
     if _provider is None:
         return trace.get_tracer(name)
-    return _provider.get_tracer(name)
+    # Cached: the SDK builds a new Tracer on every call, and this runs several times a request.
+    tracer = _tracers.get(name)
+    if tracer is None:
+        tracer = _tracers[name] = _provider.get_tracer(name)
+    return tracer
 
 
 def shutdown_tracing() -> None:
@@ -109,6 +115,7 @@ def shutdown_tracing() -> None:
     if _provider is not None:
         _provider.shutdown()
         _provider = None
+    _tracers.clear()
 
 
 def extract_context(headers: Mapping[str, str]) -> otel_context.Context:
