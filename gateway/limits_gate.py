@@ -18,8 +18,9 @@ class LimitsGate:
     def __init__(self, settings: GatewaySettings, metrics):
         self.settings = settings
         self.metrics = metrics
-        self.limiter = create_rate_limiter(settings.redis_url)
-        self.spend = create_spend_tracker(settings.redis_url)
+        fail_mode = settings.limits.fail_mode
+        self.limiter = create_rate_limiter(settings.redis_url, fail_mode)
+        self.spend = create_spend_tracker(settings.redis_url, fail_mode)
         self.estimator = TokenEstimator()
         self._pending: set[asyncio.Task] = set()
 

@@ -59,6 +59,8 @@ class LimitDefaults(_Section):
     tpm: int | None = None
     team_rpm: int | None = None
     team_tpm: int | None = None
+    # When Redis is unreachable: admit (fail_open) or refuse with 503 (fail_closed).
+    fail_mode: Literal["fail_open", "fail_closed"] = "fail_open"
 
 
 class AdmissionSettings(_Section):

@@ -35,7 +35,8 @@ class Deployment:
     gateways: list[str] = field(default_factory=list)   # base URLs, e.g. http://127.0.0.1:P
 
 
-def write_config(path: Path, database_url: str, redis_url: str, engine_port: int) -> Path:
+def write_config(path: Path, database_url: str, redis_url: str, engine_port: int,
+                 fail_mode: str = "fail_open") -> Path:
     path.write_text(
         f"data_dir: {path.parent / 'data'}\n"
         f"database_url: {database_url}\n"
@@ -46,7 +47,8 @@ def write_config(path: Path, database_url: str, redis_url: str, engine_port: int
         f"    context_length: 4096\n"
         f"    backends: [{{url: 'http://127.0.0.1:{engine_port}/v1', served_model: {MODEL}}}]\n"
         f"gateway:\n"
-        f"  routing: {{load_poll_interval_s: 0}}\n")
+        f"  routing: {{load_poll_interval_s: 0}}\n"
+        f"  limits: {{fail_mode: {fail_mode}}}\n")
     return path
 
 

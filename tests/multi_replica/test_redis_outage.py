@@ -14,11 +14,12 @@ from tests.multi_replica.test_shared_limits import body
 REQUESTS = 20
 
 
-@pytest.fixture
-def outage_gateway(deployment, postgres_url, tmp_path):
+@pytest.fixture(params=["fail_open"])
+def outage_gateway(request, deployment, postgres_url, tmp_path):
     closed_port = free_port()   # nothing listens here: every Redis call is refused at once
     config = write_config(tmp_path / "outage.yaml", postgres_url,
-                          f"redis://127.0.0.1:{closed_port}/0", deployment.engine_port)
+                          f"redis://127.0.0.1:{closed_port}/0", deployment.engine_port,
+                          fail_mode=request.param)
     port = free_port()
     log = tmp_path / "gateway.log"
     proc = start_gateway(config, port, log)
@@ -48,3 +49,15 @@ def test_unreachable_redis_fails_open_without_crashing(deployment, outage_gatewa
     assert "Traceback" not in text
     # The outage is logged once per store, not once per request.
     assert 1 <= text.count("Redis unavailable") <= 2, text[-2000:]
+
+
+@pytest.mark.parametrize("outage_gateway", ["fail_closed"], indirect=True)
+def test_unreachable_redis_fails_closed_with_503(deployment, outage_gateway):
+    base, proc, _ = outage_gateway
+    headers = {"authorization": f"Bearer {deployment.secret}"}
+    with httpx.Client(timeout=30, trust_env=False, headers=headers) as client:
+        responses = [client.post(f"{base}/v1/completions", json=body(i)) for i in range(3)]
+        assert client.get(f"{base}/healthz").status_code == 200
+    assert [r.status_code for r in responses] == [503] * 3
+    assert all(r.json()["error"]["message"] for r in responses)
+    assert proc.poll() is None
