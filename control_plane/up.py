@@ -5,33 +5,19 @@ import asyncio
 import contextlib
 import logging
 import sys
-from pathlib import Path
 
 import uvicorn
 
+from .fleet import prepare_database, running_fleet, say
 from .settings import Settings
 
 log = logging.getLogger("inferplane")
-
-
-def _say(message: str) -> None:
-    print(f"[inferplane] {message}", file=sys.stderr, flush=True)
 
 
 def _gateway_settings(settings: Settings):
     from gateway.settings import GatewaySettings
 
     return GatewaySettings(**settings.gateway_settings_dict())
-
-
-def _prepare_database(settings: Settings):
-    from registry.db import make_session_factory
-    from registry.migrate import upgrade
-
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    url = settings.resolved_database_url()
-    upgrade(url, progress=lambda msg: _say(f"migrations: {msg}"))
-    return make_session_factory(url)
 
 
 def _on_registry_change(snapshots):
@@ -87,12 +73,6 @@ def _mlflow_sync(settings: Settings, app, sessions, snapshots):
     return sync.run(settings.mlflow.interval_s, settings.mlflow.direction)
 
 
-def _tier_manager(settings: Settings, sessions, snapshots, supervisor):
-    from .tiers import TierManager, tier_config_from_settings
-
-    return TierManager(sessions, supervisor, snapshots.refresh,
-                       tier_config_from_settings(settings, **settings.tiers))
-
 
 @contextlib.asynccontextmanager
 async def _usage_to_sql(app, sessions):
@@ -116,49 +96,19 @@ def _server(app, settings: Settings) -> uvicorn.Server:
 
 
 async def _up(settings: Settings) -> None:
-    from .bootstrap import ensure_admin_key, register_models, set_backend_state
-    from .health import HealthProber
     from .snapshots import SnapshotSource
-    from .supervisor import EngineSupervisor
 
-    sessions = _prepare_database(settings)
-    secret, created = ensure_admin_key(sessions, Path(settings.data_dir))
-    if created:
-        _say(f"admin key (shown once, also in {Path(settings.data_dir) / 'admin.key'}): {secret}")
-    engines = register_models(sessions, settings)
+    sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
-
-    async def on_state(spec, state):
-        if await asyncio.to_thread(set_backend_state, sessions, spec.url, state):
-            snapshots.refresh()
-        await tiers.on_engine_state(spec, state)
-
-    supervisor = EngineSupervisor(on_state=on_state, ready_timeout_s=settings.engine_ready_timeout_s)
-    tiers = _tier_manager(settings, sessions, snapshots, supervisor)
-    background: list[asyncio.Task] = []
-    try:
-        if engines:
-            _say(f"starting {len(engines)} builtin engine(s): "
-                 + ", ".join(f"{e.name} on :{e.port}" for e in engines))
-        await asyncio.gather(*(supervisor.start(spec) for spec in engines))
-        snapshots.refresh()
-        background.append(asyncio.create_task(snapshots.run()))
-        background.append(asyncio.create_task(
-            HealthProber(sessions, on_change=snapshots.refresh).run()))
-        app, controller = _build_app(settings, sessions, snapshots, tiers)
-        background += [asyncio.create_task(controller.run()), asyncio.create_task(tiers.run())]
+    async with running_fleet(settings, sessions, snapshots) as fleet:
+        app, controller = _build_app(settings, sessions, snapshots, fleet.tiers)
+        fleet.run(controller.run())
         if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
-            background.append(asyncio.create_task(mlflow_loop))
+            fleet.run(mlflow_loop)
         async with _usage_to_sql(app, sessions):
-            _say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
-                 f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
+            say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
+                f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
             await _server(app, settings).serve()
-    finally:
-        for task in background:
-            task.cancel()
-        _say("stopping engines")
-        await tiers.shutdown()
-        await supervisor.stop_all()
 
 
 def _run(main) -> int:
@@ -181,9 +131,12 @@ def run_up(settings: Settings) -> int:
 
 
 async def _gateway(settings: Settings) -> None:
+    from registry.db import make_session_factory
+
     from .snapshots import SnapshotSource
 
-    sessions = _prepare_database(settings)
+    # Replicas read the registry the control plane migrates and writes; they never change it.
+    sessions = make_session_factory(settings.resolved_database_url())
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     snapshots.refresh()
     task = asyncio.create_task(snapshots.run())
@@ -198,7 +151,7 @@ async def _gateway(settings: Settings) -> None:
 
 def run_gateway(settings: Settings, workers: int = 1) -> int:
     if workers > 1:
-        _say("run one process per replica (e.g. several `inferplane gateway` behind a balancer)")
+        say("run one process per replica (e.g. several `inferplane gateway` behind a balancer)")
     return _run(_gateway(settings))
 
 
@@ -218,38 +171,25 @@ async def _control_plane(settings: Settings) -> None:
     from prometheus_client import CollectorRegistry, make_asgi_app
 
     from .console import mount_console
-    from .health import HealthProber
     from .rollouts import RolloutController
     from .snapshots import SnapshotSource
-    from .supervisor import EngineSupervisor
 
-    sessions = _prepare_database(settings)
+    sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
-    snapshots.refresh()
-    app = FastAPI(title="Inferplane control plane")
-    registry = CollectorRegistry()
-    supervisor = EngineSupervisor(ready_timeout_s=settings.engine_ready_timeout_s)
-    tiers = _tier_manager(settings, sessions, snapshots, supervisor)
-    controller = _mount_control_plane(
-        app, sessions, snapshots, registry, tiers,
-        lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
-                                      _on_registry_change(snapshots), slo=slo, registry=registry,
-                                      tick_s=settings.rollout_tick_s))
-    mount_console(app)
-    app.mount("/metrics", make_asgi_app(registry))
-    mlflow_loop = _mlflow_sync(settings, app, sessions, snapshots)
-    tasks = [asyncio.create_task(snapshots.run()), asyncio.create_task(controller.run()),
-             asyncio.create_task(tiers.run()),
-             asyncio.create_task(HealthProber(sessions, on_change=snapshots.refresh).run())]
-    if mlflow_loop is not None:
-        tasks.append(asyncio.create_task(mlflow_loop))
-    try:
+    async with running_fleet(settings, sessions, snapshots) as fleet:
+        app = FastAPI(title="Inferplane control plane")
+        registry = CollectorRegistry()
+        controller = _mount_control_plane(
+            app, sessions, snapshots, registry, fleet.tiers,
+            lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
+                                          _on_registry_change(snapshots), slo=slo,
+                                          registry=registry, tick_s=settings.rollout_tick_s))
+        mount_console(app)
+        app.mount("/metrics", make_asgi_app(registry))
+        fleet.run(controller.run())
+        if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
+            fleet.run(mlflow_loop)
         await _server(app, settings).serve()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await tiers.shutdown()
-        await supervisor.stop_all()
 
 
 def run_control_plane(settings: Settings) -> int:

@@ -43,6 +43,7 @@ def test_engine_throughput(tmp_path):
         builtin["output_tokens_per_s"] / single["output_tokens_per_s"])
     assert static["speedup"] == pytest.approx(
         builtin["output_tokens_per_s"] / static["output_tokens_per_s"])
+    assert single["cpu_time_speedup"] > 0 and static["cpu_time_speedup"] > 0
     assert "extrapolated" in stdout
 
 
