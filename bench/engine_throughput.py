@@ -25,9 +25,9 @@ GOAL_VS_PER_REQUEST = 10.0
 GOAL_VS_STATIC = 2.0
 
 
-def hf_single(model, items: list[c.WorkItem], eos: int) -> tuple[float, float, int]:
+def hf_single(model, items: list[c.WorkItem], eos: int) -> tuple[float, float, list[list[int]]]:
     import torch
-    elapsed, cpu, tokens = 0.0, 0.0, 0
+    elapsed, cpu, outputs = 0.0, 0.0, []
     for w in items:
         ids = torch.tensor([w.prompt_ids])
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -37,8 +37,8 @@ def hf_single(model, items: list[c.WorkItem], eos: int) -> tuple[float, float, i
                                  pad_token_id=eos)
         elapsed += time.perf_counter() - start
         cpu += time.process_time() - cpu_start
-        tokens += out.shape[1] - ids.shape[1]
-    return elapsed, cpu, tokens
+        outputs.append(out[0, ids.shape[1]:].tolist())
+    return elapsed, cpu, outputs
 
 
 def hf_static(model, items: list[c.WorkItem], batch_size: int,
@@ -107,17 +107,22 @@ def main(argv=None) -> dict:
 
     model = c.load_hf() if args.hf_single_subset or args.hf_batch_size else None
     if args.hf_single_subset:
-        subset = items if args.hf_single_subset >= len(items) else random.Random(
-            args.seed + 1).sample(items, args.hf_single_subset)
+        picked = sorted(random.Random(args.seed + 1).sample(
+            range(len(items)), min(args.hf_single_subset, len(items))))
+        subset = [items[i] for i in picked]
         hf_single(model, [c.WorkItem(subset[0].prompt_ids, 2)], tok.eos_token_id)  # warm-up
-        elapsed, cpu, tokens = hf_single(model, subset, tok.eos_token_id)
+        elapsed, cpu, hf_outputs = hf_single(model, subset, tok.eos_token_id)
+        tokens = sum(len(o) for o in hf_outputs)
         tps = tokens / elapsed
+        # Same greedy decoding on both sides; fp32 rounding may still flip a late near-tie.
+        same = sum(run.outputs[str(i)] == o for i, o in zip(picked, hf_outputs))
         result["hf_per_request"] = {
             "timed_requests": len(subset), "timed_s": elapsed, "timed_tokens": tokens,
             "output_tokens_per_s": tps, "extrapolated": len(subset) < len(items),
             "estimated_total_s": shape["output_tokens"] / tps,
             "speedup": builtin_tps / tps, "cpu_s": cpu,
-            "cpu_time_speedup": (run.output_tokens / run.cpu_s) / (tokens / cpu)}
+            "cpu_time_speedup": (run.output_tokens / run.cpu_s) / (tokens / cpu),
+            "identical_outputs": same}
         c.log(f"hf per-request: {tokens} tokens in {elapsed:.1f}s ({len(subset)} requests)")
     if args.hf_batch_size:
         elapsed, cpu, tokens = hf_static(model, items, args.hf_batch_size, tok.eos_token_id)
@@ -148,6 +153,8 @@ def report(result: dict, path) -> None:
         print(f"HF per-request        : {single['output_tokens_per_s']:8.1f} output tok/s ({how})"
               f"  -> builtin {ratio:.1f}x{_goal(ratio, GOAL_VS_PER_REQUEST)}; by CPU time "
               f"{single['cpu_time_speedup']:.1f}x")
+        print(f"  greedy outputs identical to the builtin engine's: "
+              f"{single['identical_outputs']}/{single['timed_requests']}")
     static = result.get("hf_static")
     if static:
         print(f"HF static batch of {static['batch_size']:<3}: {static['output_tokens_per_s']:8.1f}"

@@ -74,21 +74,42 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int,
     return out.transpose(0, 1).to(q.dtype)
 
 
+# Decode attends sequences in groups of similar length, each padded only to its own longest:
+# one padded gather for the whole batch copies up to twice the K/V actually read, and copies
+# that large fall out of cache. SDPA then reads the gathered blocks strided, with no permute.
+DECODE_GROUP = 16
+
+
 def _decode_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """One query token per sequence: gather every sequence's blocks at once."""
-    batch = meta.num_seqs
+    """One query token per sequence; sequences sorted by length, attended group by group."""
+    lens = meta.seq_lens_list
+    if len(lens) <= DECODE_GROUP:
+        return _decode_group(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                             max(lens), scale)
+    order = sorted(range(len(lens)), key=lens.__getitem__)
+    out = torch.empty_like(q)
+    for start in range(0, len(order), DECODE_GROUP):
+        rows = order[start:start + DECODE_GROUP]
+        idx = torch.tensor(rows, device=q.device)
+        out[idx] = _decode_group(q[idx], k_cache, v_cache, meta.block_tables[idx],
+                                 meta.seq_lens[idx], lens[rows[-1]], scale)
+    return out
+
+
+def _decode_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int,
+                  scale: float) -> torch.Tensor:
+    batch = q.shape[0]
     block_size, kv_heads, dim = k_cache.shape[1:]
-    n_blocks = (meta.max_seq_len + block_size - 1) // block_size
-    tables = meta.block_tables[:, :n_blocks].long()
-    k = k_cache[tables].reshape(batch, n_blocks * block_size, kv_heads, dim).float()
-    v = v_cache[tables].reshape(batch, n_blocks * block_size, kv_heads, dim).float()
+    n_blocks = (max_len + block_size - 1) // block_size
+    span = n_blocks * block_size
+    tables = block_tables[:, :n_blocks].long()
+    k = k_cache[tables].view(batch, span, kv_heads, dim).transpose(1, 2).float()
+    v = v_cache[tables].view(batch, span, kv_heads, dim).transpose(1, 2).float()
     group = q.shape[1] // kv_heads
-    qg = q.float().view(batch, kv_heads, group, dim)
-    scores = torch.einsum("bhgd,bshd->bhgs", qg, k) * scale
-    pos = torch.arange(n_blocks * block_size, device=q.device)
-    valid = pos[None, :] < meta.seq_lens[:, None].to(pos.device)
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("bhgs,bshd->bhgd", probs, v)
+    qg = q.float().view(batch, kv_heads, group, dim)  # a group's query heads share a KV head
+    valid = torch.arange(span, device=q.device)[None, :] < seq_lens[:, None].to(q.device)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qg, k, v, attn_mask=valid[:, None, None, :], scale=scale)
     return out.reshape(batch, kv_heads * group, dim).to(q.dtype)

@@ -37,6 +37,7 @@ def test_engine_throughput(tmp_path):
     assert builtin["output_tokens"] == work["output_tokens"]
     single, static = result["hf_per_request"], result["hf_static"]
     assert single["timed_requests"] == 2 and single["extrapolated"] is True
+    assert single["identical_outputs"] == 2  # 6 greedy tokens agree with transformers
     assert static["output_tokens"] == work["output_tokens"]
     # Ratios are computed from this run's rates, never typed in.
     assert single["speedup"] == pytest.approx(
