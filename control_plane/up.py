@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 
 import uvicorn
 
@@ -112,8 +111,9 @@ async def _up(settings: Settings) -> None:
 
 
 def _run(main) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from gateway.logging_setup import configure_logging
+
+    configure_logging("INFO")  # one JSON handler; the gateway app re-applies its own settings
     for noisy in ("httpx", "httpcore", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
