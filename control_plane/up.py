@@ -167,8 +167,30 @@ def _gateway_metrics(settings: Settings, registry):
 
 
 async def _control_plane(settings: Settings) -> None:
+    from .leader import LeaderLock
+
+    leader = LeaderLock(settings.resolved_database_url())
+    await leader.acquire(on_wait=lambda: say("standby: another control plane leads"))
+    server = asyncio.create_task(_lead_control_plane(settings))
+    lost = asyncio.create_task(leader.hold())
+    try:
+        done, _ = await asyncio.wait({server, lost}, return_when=asyncio.FIRST_COMPLETED)
+        if lost in done:  # without the lock another control plane may lead: stop at once
+            say("leadership lost: stopping")
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+            raise SystemExit(3)
+        server.result()
+    finally:
+        lost.cancel()
+        leader.release()
+
+
+async def _lead_control_plane(settings: Settings) -> None:
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry, make_asgi_app
+
+    from gateway.auth import install_auth
 
     from .console import mount_console
     from .rollouts import RolloutController
@@ -178,6 +200,7 @@ async def _control_plane(settings: Settings) -> None:
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
         app = FastAPI(title="Inferplane control plane")
+        install_auth(app, _gateway_settings(settings), snapshots)
         registry = CollectorRegistry()
         controller = _mount_control_plane(
             app, sessions, snapshots, registry, fleet.tiers,

@@ -101,6 +101,23 @@ async def authenticate(request: Request) -> Principal:
     return principal
 
 
+@dataclass
+class AuthContext:
+    """What authentication reads from `app.state.gateway`; a full GatewayState provides it too,
+    so an app serving only the admin API (the standalone control plane) can use this alone."""
+    snapshot_source: object
+    settings: object  # GatewaySettings
+    jwt: object | None = None
+
+
+def install_auth(app, settings, snapshot_source) -> None:
+    """Authentication for an app without the gateway's request path."""
+    from gateway.jwt_auth import JWTVerifier
+
+    jwt = JWTVerifier(settings.jwt) if settings.jwt.enabled else None
+    app.state.gateway = AuthContext(snapshot_source, settings, jwt)
+
+
 async def _authenticate(request: Request) -> Principal:
     state = request.app.state.gateway
     token = bearer_token(request)
