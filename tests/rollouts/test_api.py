@@ -156,3 +156,12 @@ async def test_spent_error_budget_refuses_to_start_unless_forced(api):
     assert (status["slo"], status["total"], status["bad"]) == ("ttft-p95", 100, 20)
     assert status["remaining"] < 0
     assert (await api.post(URL, {**CANARY, "force": True})).status_code == 201
+
+
+async def test_rollouts_on_other_aliases_are_refused_precisely(api):
+    with api.sessions.begin() as s:
+        q.set_alias(s, q.get_model(s, MODEL), "prod", "v1", "test")
+    r = await api.post(URL, {**CANARY, "alias": "prod"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["param"] == "alias"
+    assert "stay pinned" in r.json()["error"]["message"]
