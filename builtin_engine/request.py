@@ -28,6 +28,7 @@ class RequestOutput:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     error: str | None = None
+    queue_time_s: float | None = None  # arrival → first scheduled (for queue spans)
 
 
 class Request:

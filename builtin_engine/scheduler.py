@@ -276,7 +276,9 @@ class Scheduler:
         return RequestOutput(
             request_id=req.request_id, new_token_ids=new_tokens, finished=req.is_finished,
             finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
-            num_cached_tokens=req.num_cached_tokens, error=req.error)
+            num_cached_tokens=req.num_cached_tokens, error=req.error,
+            queue_time_s=(req.first_scheduled_time - req.arrival_time)
+            if req.first_scheduled_time is not None else None)
 
     def take_finished(self) -> list[Request]:
         finished, self.finished = self.finished, []

@@ -15,6 +15,7 @@ class TextChunk:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    queue_time_s: float | None = None
 
 
 def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: int,
@@ -51,7 +52,7 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
     stops = params.stop
     hold = max((len(s) for s in stops), default=1) - 1
     special_stops = set(tokenizer.stop_token_ids) | set(params.stop_token_ids)
-    pending, completion, cached = "", 0, 0
+    pending, completion, cached, queued = "", 0, 0, None
     finished = False
     try:
         async for out in engine.generate(request_id, prompt_ids, params, priority=priority,
@@ -61,6 +62,7 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
                                   code="request_failed")
             completion += len(out.new_token_ids)
             cached = out.num_cached_tokens
+            queued = out.queue_time_s if queued is None else queued
             ids = out.new_token_ids
             if out.finished and out.finish_reason == "stop" and not params.ignore_eos:
                 ids = [t for t in ids if t not in special_stops]
@@ -71,16 +73,16 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
             if cut >= 0:
                 finished = True
                 engine.abort(request_id)
-                yield TextChunk(pending[:cut], "stop", len(prompt_ids), completion, cached)
+                yield TextChunk(pending[:cut], "stop", len(prompt_ids), completion, cached, queued)
                 return
             if out.finished:
                 finished = True
                 reason = "stop" if out.finish_reason in ("stop", "abort") else out.finish_reason
-                yield TextChunk(pending, reason, len(prompt_ids), completion, cached)
+                yield TextChunk(pending, reason, len(prompt_ids), completion, cached, queued)
                 return
             emit = len(pending) - hold if stops else len(pending)
             if emit > 0:
-                yield TextChunk(pending[:emit], None, len(prompt_ids), completion, cached)
+                yield TextChunk(pending[:emit], None, len(prompt_ids), completion, cached, queued)
                 pending = pending[emit:]
     finally:
         if not finished:  # client went away or the consumer stopped early

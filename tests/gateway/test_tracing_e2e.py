@@ -104,14 +104,16 @@ def test_one_trace_covers_gateway_and_engine(stack):
     spans = _by_name(exporter.get_finished_spans(), int(CLIENT_TRACE, 16))
     gateway = {"POST /v1/chat/completions", "gateway.auth", "gateway.limits", "gateway.queue",
                "gateway.route", "gateway.upstream", "gateway.first_token", "gateway.stream"}
-    engine = {"engine POST /v1/chat/completions", "engine.prefill", "engine.decode"}
+    engine = {"engine POST /v1/chat/completions", "engine.queue", "engine.prefill",
+              "engine.decode"}
     assert gateway | engine <= set(spans), sorted(spans)
     root = spans["POST /v1/chat/completions"]
     assert root.kind == trace.SpanKind.SERVER and root.parent.span_id == 0x00f067aa0ba902b7
     assert spans["gateway.upstream"].parent.span_id == root.context.span_id
     engine_root = spans["engine POST /v1/chat/completions"]
     assert engine_root.parent.span_id == spans["gateway.first_token"].context.span_id
-    for phase in ("engine.prefill", "engine.decode"):
+    assert spans["engine.prefill"].attributes["inferplane.includes_queue"] is False
+    for phase in ("engine.queue", "engine.prefill", "engine.decode"):
         assert spans[phase].parent.span_id == engine_root.context.span_id
     assert spans["engine.decode"].attributes["inferplane.completion_tokens"] == 4
     assert spans["gateway.route"].attributes["inferplane.backend"] == "eng"
