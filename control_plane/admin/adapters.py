@@ -9,12 +9,11 @@ from pydantic import Field
 from sqlalchemy import select
 
 from gateway.auth import Principal
-from registry.errors import check_row_version
 from registry.models import Adapter
 from registry.queries import add_adapter, attach_adapter, detach_adapter, get_adapter, \
     get_backend, get_model
 
-from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, expected_row_version, \
+from .common import delete_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, \
     image, operator, paginate, with_etag
 
 
@@ -60,13 +59,9 @@ def build_router(ctx: AdminContext) -> APIRouter:
 
     @router.delete("/{adapter}", status_code=204)
     def delete(name: str, adapter: str, request: Request, who: Principal = Depends(operator)):
-        expected = expected_row_version(request)
-        with ctx.change(who, "delete", "adapter") as change:
-            row = get_adapter(change.session, get_model(change.session, name), adapter)
-            check_row_version(row, expected, f"adapter '{adapter}'")
-            change.resource_id, change.before = f"{name}/{adapter}", render(row)
-            change.session.delete(row)
-        return Response(status_code=204)
+        return delete_row(ctx, who, "adapter", f"{name}/{adapter}", f"adapter '{adapter}'",
+                          lambda s: get_adapter(s, get_model(s, name), adapter), request,
+                          render=render)
 
     @router.put("/{adapter}/backends/{backend_id}")
     def attach(name: str, adapter: str, backend_id: int, who: Principal = Depends(operator)):

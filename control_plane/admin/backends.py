@@ -9,11 +9,10 @@ from pydantic import Field, HttpUrl
 from sqlalchemy import select
 
 from gateway.auth import Principal
-from registry.errors import check_row_version
 from registry.models import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
 
-from .common import AdminContext, Body, Page, PageDep, Patch, expected_row_version, image, \
+from .common import delete_row, patch_row, AdminContext, Body, Page, PageDep, Patch, image, \
     operator, paginate, with_etag
 
 State = Literal["starting", "ready", "down", "draining"]
@@ -85,32 +84,23 @@ def build_router(ctx: AdminContext) -> APIRouter:
     @router.patch("/{backend_id}")
     def update(backend_id: int, body: BackendPatch, request: Request, response: Response,
                who: Principal = Depends(operator)):
-        expected = expected_row_version(request, body.expected_row_version)
-        with ctx.change(who, "update", "backend") as change:
-            backend = get_backend(change.session, backend_id)
-            check_row_version(backend, expected, f"backend {backend_id}")
-            change.resource_id, change.before = backend_id, render(backend)
-            changes = body.changes()
+        def apply(session, backend, changes):
             if "version" in changes:
                 label = changes.pop("version")
-                model = change.session.get(Model, backend.model_id)
-                backend.version_id = get_version(change.session, model, label).id if label else None
+                model = session.get(Model, backend.model_id)
+                backend.version_id = get_version(session, model, label).id if label else None
             for key, value in changes.items():
                 setattr(backend, key, value)
-            change.session.flush()
-            change.session.refresh(backend, ["version"])
-            change.after = render(backend)
-        with_etag(response, backend)
-        return change.after
+            session.flush()
+            session.refresh(backend, ["version"])
+
+        return patch_row(ctx, who, "backend", backend_id, f"backend {backend_id}",
+                         lambda s: get_backend(s, backend_id), body, request, response,
+                         render=render, apply=apply)
 
     @router.delete("/{backend_id}", status_code=204)
     def delete(backend_id: int, request: Request, who: Principal = Depends(operator)):
-        expected = expected_row_version(request)
-        with ctx.change(who, "delete", "backend") as change:
-            backend = get_backend(change.session, backend_id)
-            check_row_version(backend, expected, f"backend {backend_id}")
-            change.resource_id, change.before = backend_id, render(backend)
-            change.session.delete(backend)
-        return Response(status_code=204)
+        return delete_row(ctx, who, "backend", backend_id, f"backend {backend_id}",
+                          lambda s: get_backend(s, backend_id), request, render=render)
 
     return router

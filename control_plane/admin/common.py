@@ -18,7 +18,8 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from gateway.auth import Principal, require_role
 from gateway.errors import OpenAIError, install_error_handlers
-from registry.errors import ConflictError, InvalidError, NotFoundError, RegistryError
+from registry.errors import ConflictError, InvalidError, NotFoundError, RegistryError, \
+    check_row_version
 from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
 
@@ -178,3 +179,38 @@ class Patch(Body):
 
     def changes(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True, exclude={"expected_row_version"})
+
+
+# --- the shared PATCH / DELETE of one row -------------------------------------------------
+
+def _set_fields(_session: Session, row: Any, changes: dict[str, Any]) -> None:
+    for field, value in changes.items():
+        setattr(row, field, value)
+
+
+def patch_row(ctx: AdminContext, who: Principal, kind: str, resource_id: Any, label: str,
+              load, body: Patch, request: Request, response: Response, render=image,
+              apply=_set_fields) -> dict[str, Any]:
+    """PATCH one row: the If-Match check, `apply(session, row, changes)`, audit and ETag."""
+    expected = expected_row_version(request, body.expected_row_version)
+    with ctx.change(who, "update", kind) as change:
+        row = load(change.session)
+        check_row_version(row, expected, label)
+        change.resource_id, change.before = resource_id, render(row)
+        apply(change.session, row, body.changes())
+        change.session.flush()
+        change.after = render(row)
+    with_etag(response, row)
+    return change.after
+
+
+def delete_row(ctx: AdminContext, who: Principal, kind: str, resource_id: Any, label: str,
+               load, request: Request, render=image) -> Response:
+    """DELETE one row after the If-Match check; audited with its last image."""
+    expected = expected_row_version(request)
+    with ctx.change(who, "delete", kind) as change:
+        row = load(change.session)
+        check_row_version(row, expected, label)
+        change.resource_id, change.before = resource_id, render(row)
+        change.session.delete(row)
+    return Response(status_code=204)

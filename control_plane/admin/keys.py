@@ -12,10 +12,9 @@ from sqlalchemy import select
 
 from gateway.auth import Principal
 from registry.access_queries import create_key, get_key, revoke_key, rotate_key
-from registry.errors import check_row_version
 from registry.models import ApiKey
 
-from .common import AdminContext, Body, Page, PageDep, Patch, admin, expected_row_version, \
+from .common import patch_row, AdminContext, Body, Page, PageDep, Patch, admin, \
     image, paginate, with_etag
 
 Role = Literal["admin", "operator", "user"]
@@ -103,17 +102,8 @@ def build_router(ctx: AdminContext) -> APIRouter:
     @router.patch("/{key_id}")
     def update(key_id: int, body: KeyPatch, request: Request, response: Response,
                who: Principal = Depends(admin)):
-        expected = expected_row_version(request, body.expected_row_version)
-        with ctx.change(who, "update", "api_key") as change:
-            key = get_key(change.session, key_id)
-            check_row_version(key, expected, f"API key {key_id}")
-            change.resource_id, change.before = key_id, render(key)
-            for field, value in body.changes().items():
-                setattr(key, field, value)
-            change.session.flush()
-            change.after = render(key)
-        with_etag(response, key)
-        return change.after
+        return patch_row(ctx, who, "api_key", key_id, f"API key {key_id}",
+                         lambda s: get_key(s, key_id), body, request, response, render=render)
 
     @router.post("/{key_id}/revoke")
     def revoke(key_id: int, who: Principal = Depends(admin)):

@@ -10,11 +10,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gateway.auth import Principal
-from registry.errors import InvalidError, check_row_version
+from registry.errors import InvalidError
 from registry.models import Model
 from registry.queries import create_model, get_model
 
-from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, expected_row_version, \
+from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, \
     image, operator, paginate, with_etag
 
 Tier = Literal["hot", "warm", "cold"]
@@ -81,29 +81,18 @@ def build_router(ctx: AdminContext) -> APIRouter:
     @router.patch("/{name}")
     def update(name: str, body: ModelPatch, request: Request, response: Response,
                who: Principal = Depends(operator)):
-        expected = expected_row_version(request, body.expected_row_version)
-        with ctx.change(who, "update", "model") as change:
-            model = get_model(change.session, name)
-            check_row_version(model, expected, f"model '{name}'")
-            change.resource_id, change.before = name, image(model)
-            changes = body.changes()
+        def apply(session, model, changes):
             if "fallbacks" in changes:
-                check_fallbacks(change.session, name, changes["fallbacks"])
+                check_fallbacks(session, name, changes["fallbacks"])
             for key, value in changes.items():
                 setattr(model, key, value)
-            change.session.flush()
-            change.after = image(model)
-        with_etag(response, model)
-        return change.after
+
+        return patch_row(ctx, who, "model", name, f"model '{name}'",
+                         lambda s: get_model(s, name), body, request, response, apply=apply)
 
     @router.delete("/{name}", status_code=204)
     def delete(name: str, request: Request, who: Principal = Depends(operator)):
-        expected = expected_row_version(request)
-        with ctx.change(who, "delete", "model") as change:
-            model = get_model(change.session, name)
-            check_row_version(model, expected, f"model '{name}'")
-            change.resource_id, change.before = name, image(model)
-            change.session.delete(model)
-        return Response(status_code=204)
+        return delete_row(ctx, who, "model", name, f"model '{name}'",
+                          lambda s: get_model(s, name), request)
 
     return router

@@ -8,11 +8,10 @@ from sqlalchemy import func, select
 
 from gateway.auth import Principal
 from registry.access_queries import create_team, get_team
-from registry.errors import check_row_version
 from registry.models import ApiKey, Team
 
-from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
-    expected_row_version, image, paginate, with_etag
+from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
+    image, paginate, with_etag
 
 
 class TeamCreate(Body):
@@ -56,26 +55,12 @@ def build_router(ctx: AdminContext) -> APIRouter:
     @router.patch("/{name}")
     def update(name: str, body: TeamPatch, request: Request, response: Response,
                who: Principal = Depends(admin)):
-        expected = expected_row_version(request, body.expected_row_version)
-        with ctx.change(who, "update", "team") as change:
-            team = get_team(change.session, name)
-            check_row_version(team, expected, f"team '{name}'")
-            change.resource_id, change.before = name, image(team)
-            for field, value in body.changes().items():
-                setattr(team, field, value)
-            change.session.flush()
-            change.after = image(team)
-        with_etag(response, team)
-        return change.after
+        return patch_row(ctx, who, "team", name, f"team '{name}'", lambda s: get_team(s, name),
+                         body, request, response)
 
     @router.delete("/{name}", status_code=204)
     def delete(name: str, request: Request, who: Principal = Depends(admin)):
-        expected = expected_row_version(request)
-        with ctx.change(who, "delete", "team") as change:
-            team = get_team(change.session, name)
-            check_row_version(team, expected, f"team '{name}'")
-            change.resource_id, change.before = name, image(team)
-            change.session.delete(team)
-        return Response(status_code=204)
+        return delete_row(ctx, who, "team", name, f"team '{name}'",
+                          lambda s: get_team(s, name), request)
 
     return router

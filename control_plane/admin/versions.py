@@ -9,11 +9,10 @@ from pydantic import Field
 from sqlalchemy import select
 
 from gateway.auth import Principal
-from registry.errors import check_row_version
 from registry.models import ModelVersion
 from registry.queries import add_version, get_model, get_version
 
-from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, expected_row_version, \
+from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, \
     image, operator, paginate, with_etag
 
 Status = Literal["registered", "ready", "deprecated", "archived"]
@@ -78,26 +77,15 @@ def build_router(ctx: AdminContext) -> APIRouter:
     @router.patch("/{version}")
     def update(name: str, version: str, body: VersionPatch, request: Request,
                response: Response, who: Principal = Depends(operator)):
-        expected = expected_row_version(request, body.expected_row_version)
-        with ctx.change(who, "update", "model_version") as change:
-            row = get_version(change.session, get_model(change.session, name), version)
-            check_row_version(row, expected, f"version '{version}'")
-            change.resource_id, change.before = f"{name}/{version}", render(row)
-            for key, value in body.changes().items():
-                setattr(row, key, value)
-            change.session.flush()
-            change.after = render(row)
-        with_etag(response, row)
-        return change.after
+        return patch_row(ctx, who, "model_version", f"{name}/{version}",
+                         f"version '{version}'",
+                         lambda s: get_version(s, get_model(s, name), version), body, request,
+                         response, render=render)
 
     @router.delete("/{version}", status_code=204)
     def delete(name: str, version: str, request: Request, who: Principal = Depends(operator)):
-        expected = expected_row_version(request)
-        with ctx.change(who, "delete", "model_version") as change:
-            row = get_version(change.session, get_model(change.session, name), version)
-            check_row_version(row, expected, f"version '{version}'")
-            change.resource_id, change.before = f"{name}/{version}", render(row)
-            change.session.delete(row)
-        return Response(status_code=204)
+        return delete_row(ctx, who, "model_version", f"{name}/{version}", f"version '{version}'",
+                          lambda s: get_version(s, get_model(s, name), version), request,
+                          render=render)
 
     return router
