@@ -8,10 +8,11 @@ readable header); a name already loaded, a missing path or an unknown name is a 
 full set of `max_loras` slots is a 429 (the caller unloads one first). Loaded adapters are
 listed by /v1/models as models whose `parent` is the base model, as vLLM lists them.
 
-The built-in engine does not apply LoRA weights in the forward pass yet: a request naming an
-adapter is served by the base weights. This registry is real bookkeeping (slots, load
+With a LoraStore (the real engine), loading reads the adapter's weights onto the engine's
+device and the model runner applies them to the requests that name the adapter; unloading
+frees them. Without one (the simulated engine) the registry is bookkeeping only (slots, load
 latency, names the server accepts), so warm-tier residency, LRU eviction and LoRA-affinity
-routing work end to end against it.
+routing still work end to end against it.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from fastapi import APIRouter, Request
@@ -28,6 +30,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .protocol import EngineError
+
+if TYPE_CHECKING:  # the simulated engine never imports torch for adapters
+    from .lora import LoraStore
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -44,16 +49,20 @@ class LoadedAdapter:
 class AdapterRegistry:
     """The adapters one engine holds; at most `max_loras` at a time."""
 
-    def __init__(self, max_loras: int = 4, load_cost_s: float = 0.0):
+    def __init__(self, max_loras: int = 4, load_cost_s: float = 0.0,
+                 store: LoraStore | None = None):
         if max_loras < 1:
             raise ValueError("max_loras must be at least 1")
-        self.max_loras, self.load_cost_s = max_loras, load_cost_s
+        self.max_loras, self.load_cost_s, self.store = max_loras, load_cost_s, store
         self._loaded: OrderedDict[str, LoadedAdapter] = OrderedDict()
         self._loading: set[str] = set()  # slots reserved while a load is in progress
 
     @property
     def loaded(self) -> list[LoadedAdapter]:
         return list(self._loaded.values())
+
+    def get(self, name: str) -> LoadedAdapter | None:
+        return self._loaded.get(name)
 
     def is_loaded(self, name: str) -> bool:
         return name in self._loaded
@@ -71,6 +80,8 @@ class AdapterRegistry:
         try:
             if self.load_cost_s > 0:
                 await asyncio.sleep(self.load_cost_s)
+            if self.store is not None:
+                self.store.add(await asyncio.to_thread(self.store.read, name, path))
             adapter = LoadedAdapter(name, str(path), rank, time.time())
             self._loaded[name] = adapter
             return adapter
@@ -82,6 +93,8 @@ class AdapterRegistry:
         if adapter is None:
             raise EngineError(400, f"The lora adapter '{name}' cannot be found.",
                               param="lora_name", code="lora_not_found")
+        if self.store is not None:
+            self.store.remove(name)
         return adapter
 
     def model_cards(self, base_name: str, max_model_len: int | None = None) -> list[dict]:

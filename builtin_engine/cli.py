@@ -86,17 +86,25 @@ def build_engine(config: EngineConfig):
         executor = SimulatedExecutor(config)
         context = config.sim_context_length
     else:
-        from .loader import load_model
+        from .loader import load_model, torch_dtype
+        from .lora import LoraStore
         from .model_runner import ModelRunner
         loaded = load_model(config, progress=_Progress())
         tokenizer, context = loaded.tokenizer, loaded.context_length
-        executor = ModelRunner(config, loaded)
+        # Shared with the AdapterRegistry (see lora_store_of): it loads, the runner applies.
+        store = LoraStore(loaded.llama_config, config.device, torch_dtype(config.dtype))
+        executor = ModelRunner(config, loaded, lora_store=store)
     config.max_model_len = min(config.max_model_len or context, context)
     engine = AsyncEngine(config, executor, tokenizer)  # may lower max_model_len to the KV room
     served = config.served_model_name or config.model
     print(f"[engine] {served} loaded in {time.monotonic() - started:.1f}s "
           f"({'simulated' if config.simulate else config.device})", file=sys.stderr, flush=True)
     return engine, tokenizer, served, engine.max_model_len
+
+
+def lora_store_of(engine):
+    """The LoraStore of a real engine's model runner; None for the simulated engine."""
+    return getattr(engine.engine.executor, "lora_store", None)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -125,7 +133,8 @@ def serve(args: argparse.Namespace) -> int:
 
     app = create_engine_app(engine, tokenizer, served, max_len,
                             metrics_registry=engine.metrics_registry,
-                            adapters=AdapterRegistry(args.max_loras, args.lora_load_cost_s))
+                            adapters=AdapterRegistry(args.max_loras, args.lora_load_cost_s,
+                                                     store=lora_store_of(engine)))
     app.router.lifespan_context = lifespan
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 loop="uvloop", http="httptools", timeout_graceful_shutdown=args.drain_timeout)

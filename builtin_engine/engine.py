@@ -66,7 +66,8 @@ class AsyncEngine:
     # ---- consumer side --------------------------------------------------------------------
     async def generate(self, request_id: str, prompt_token_ids: list[int],
                        params: SamplingParams, priority: int = 0,
-                       extra_key: bytes | None = None) -> AsyncIterator[RequestOutput]:
+                       extra_key: bytes | None = None,
+                       lora: str | None = None) -> AsyncIterator[RequestOutput]:
         if self._stopping:
             raise EngineShutDown("the engine is shutting down")
         if request_id in self._streams:
@@ -75,7 +76,7 @@ class AsyncEngine:
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), queue)
         self._submit("add", Request(request_id, prompt_token_ids, params, priority,
-                                    extra_key=extra_key))
+                                    extra_key=extra_key, lora=lora))
         finished = False
         try:
             while not finished:

@@ -17,6 +17,7 @@ class ScheduledRequest:
     sample: bool  # this step reaches the last known token, so one token is sampled
     params: SamplingParams
     num_output_tokens: int
+    lora: str | None = None  # name of the LoRA adapter applied to this request, if any
 
 
 @dataclass

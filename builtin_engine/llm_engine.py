@@ -74,9 +74,10 @@ class LLMEngine:
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int],
                     params: SamplingParams | None = None, priority: int = 0,
-                    arrival_time: float | None = None, extra_key: bytes | None = None) -> None:
+                    arrival_time: float | None = None, extra_key: bytes | None = None,
+                    lora: str | None = None) -> None:
         req = Request(request_id, prompt_token_ids, params or SamplingParams(), priority,
-                      arrival_time, extra_key)
+                      arrival_time, extra_key, lora)
         self.scheduler.add_request(req)
 
     def abort_request(self, request_id: str) -> bool:

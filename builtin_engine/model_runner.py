@@ -14,6 +14,7 @@ from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
 from .kernels.attention import AttentionMetadata
 from .loader import LoadedModel, torch_dtype
+from .lora import LoraBatch, LoraStore, LoraWeights
 from .sampler import Sampler
 
 GIB = 1 << 30
@@ -26,10 +27,12 @@ class StepBatch:
     meta: AttentionMetadata
     sample_rows: torch.Tensor  # row of each sampled request's last token in the flat batch
     sampled: list[ScheduledRequest]
+    lora: LoraBatch | None = None  # None when no request of the step has an adapter
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, loaded: LoadedModel):
+    def __init__(self, config: EngineConfig, loaded: LoadedModel,
+                 lora_store: LoraStore | None = None):
         self.config = config
         self.model = loaded.model
         self.cfg = loaded.llama_config
@@ -39,6 +42,9 @@ class ModelRunner:
         self.eos_token_id = loaded.tokenizer.eos_token_id
         self.sampler = Sampler(loaded.tokenizer.stop_token_ids)
         self.generators: dict[str, torch.Generator] = {}
+        self.lora_store = lora_store or LoraStore(self.cfg, self.device, self.dtype)
+        # Pinned on first schedule, so unloading an adapter never changes a running request.
+        self.request_loras: dict[str, LoraWeights] = {}
         self.num_device_blocks, self.num_cpu_blocks = self._compute_num_blocks(config)
         self.kv_caches = self._allocate(self.num_device_blocks, self.device)
         self.cpu_caches = self._allocate(self.num_cpu_blocks, torch.device("cpu"),
@@ -104,7 +110,8 @@ class ModelRunner:
             return {}
         batch = self._prepare(out.scheduled)
         with torch.inference_mode():
-            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
+            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta,
+                                batch.lora)
             if not batch.sampled:
                 return {}
             logits = self.model.compute_logits(hidden[batch.sample_rows])
@@ -116,6 +123,7 @@ class ModelRunner:
 
     def release(self, request_id: str) -> None:
         self.generators.pop(request_id, None)
+        self.request_loras.pop(request_id, None)
 
     def _generator(self, req: ScheduledRequest) -> torch.Generator | None:
         if req.params.seed is None or req.params.greedy:
@@ -154,7 +162,41 @@ class ModelRunner:
                                  dtype=torch.int64)
         return StepBatch(input_ids=input_ids.to(dev), positions=positions.to(dev), meta=meta,
                          sample_rows=(starts[1:][sampled_idx] - 1).long().to(dev),
-                         sampled=[reqs[i] for i in sampled_idx])
+                         sampled=[reqs[i] for i in sampled_idx],
+                         lora=self._lora_batch(reqs, starts.tolist()))
+
+    def _lora_batch(self, reqs: list[ScheduledRequest], starts: list[int]) -> LoraBatch | None:
+        """Group the rows of the flat batch by adapter weights: a slice when an adapter owns
+        one contiguous run of rows, else an index tensor."""
+        runs: dict[int, tuple[LoraWeights, list[tuple[int, int]]]] = {}
+        for i, r in enumerate(reqs):
+            if r.lora is not None:
+                weights = self._pinned_lora(r)
+                spans = runs.setdefault(id(weights), (weights, []))[1]
+                if spans and spans[-1][1] == starts[i]:  # neighbours merge into one slice
+                    spans[-1] = (spans[-1][0], starts[i + 1])
+                else:
+                    spans.append((starts[i], starts[i + 1]))
+        if not runs:
+            return None
+        groups = []
+        for weights, spans in runs.values():
+            if len(spans) == 1:
+                rows = slice(*spans[0])
+            else:
+                rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
+            groups.append((weights, rows))
+        return LoraBatch(groups)
+
+    def _pinned_lora(self, req: ScheduledRequest) -> LoraWeights:
+        weights = self.request_loras.get(req.request_id)
+        if weights is None:
+            weights = self.lora_store.get(req.lora)
+            if weights is None:
+                raise ValueError(f"request {req.request_id}: LoRA adapter {req.lora!r} "
+                                 "is not loaded")
+            self.request_loras[req.request_id] = weights
+        return weights
 
     def _check(self, reqs: list[ScheduledRequest], seq_lens: list[int]) -> None:
         vocab, max_pos = self.cfg.vocab_size, self.cfg.max_position

@@ -36,12 +36,12 @@ class Request:
         "request_id", "prompt_token_ids", "token_ids", "params", "priority", "arrival_time",
         "extra_key", "num_computed_tokens", "num_cached_tokens", "status", "finish_reason",
         "error", "block_hashes", "first_scheduled_time", "first_token_time", "last_token_time",
-        "num_preemptions", "seq",
+        "num_preemptions", "seq", "lora",
     )
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  priority: int = 0, arrival_time: float | None = None,
-                 extra_key: bytes | None = None) -> None:
+                 extra_key: bytes | None = None, lora: str | None = None) -> None:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         # One growing list (prompt + outputs) so scheduling slices it without concatenation.
@@ -50,6 +50,7 @@ class Request:
         self.priority = priority
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
         self.extra_key = extra_key  # e.g. a LoRA id: blocks under different adapters differ
+        self.lora = lora  # the LoRA adapter whose weights the forward pass applies
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache (first schedule)
         self.status = RequestStatus.WAITING

@@ -182,7 +182,7 @@ class Scheduler:
         return ScheduledRequest(
             request_id=req.request_id, token_ids=req.token_ids[start:start + n],
             start_pos=start, block_ids=block_ids, sample=start + n == req.num_tokens,
-            params=req.params, num_output_tokens=req.num_output_tokens)
+            params=req.params, num_output_tokens=req.num_output_tokens, lora=req.lora)
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self._no_preemption = False

@@ -56,6 +56,14 @@ class EngineService:
             raise EngineError(400, f"chat template rejected the messages: {exc}", "messages")
         return self.tokenizer.encode(text)
 
+    def adapter_of(self, model: str | None) -> tuple[str | None, bytes | None]:
+        """(adapter name, prefix-cache key) for a request naming a loaded adapter. The key holds
+        the load time, so KV blocks never outlive the adapter load that computed them."""
+        loaded = self.adapters.get(model) if model else None
+        if loaded is None:
+            return None, None
+        return loaded.name, f"{loaded.name}@{loaded.loaded_at!r}".encode()
+
     def tokenize(self, body: TokenizeRequest) -> list[int]:
         if body.messages is not None:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -80,10 +88,10 @@ class EngineService:
         params = body.sampling_params(max_tokens)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
-        # An adapter's KV blocks must never serve the base model: its name keys the prefix hash.
-        adapter = body.model.encode() if body.model and self.adapters.is_loaded(body.model) else None
+        lora, cache_key = self.adapter_of(body.model)
         chunks = traced_outputs(generate_text(self.engine, self.tokenizer, request_id, prompt_ids,
-                                              params, priority=body.priority, extra_key=adapter))
+                                              params, priority=body.priority, extra_key=cache_key,
+                                              lora=lora))
         try:  # errors before the first token keep their HTTP status
             first = await anext(chunks)
         except StopAsyncIteration:

@@ -45,7 +45,8 @@ def _find_stop(text: str, stops: list[str]) -> int:
 
 async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int],
                         params: SamplingParams, priority: int = 0,
-                        extra_key: str | None = None) -> AsyncIterator[TextChunk]:
+                        extra_key: str | None = None,
+                        lora: str | None = None) -> AsyncIterator[TextChunk]:
     """Yield text deltas; the last chunk carries finish_reason. Stop strings end the request
     here (and abort it in the engine); text that could begin a stop string is held back."""
     detok = tokenizer.new_detokenizer()
@@ -56,7 +57,7 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
     finished = False
     try:
         async for out in engine.generate(request_id, prompt_ids, params, priority=priority,
-                                         extra_key=extra_key):
+                                         extra_key=extra_key, lora=lora):
             if out.finish_reason == "error":
                 raise EngineError(400, out.error or "the request could not be scheduled",
                                   code="request_failed")

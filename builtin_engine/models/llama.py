@@ -45,9 +45,10 @@ def rope_cos_sin_cache(head_dim: int, theta: float, max_position: int) -> torch.
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig, ops, like: dict):
+    def __init__(self, cfg: LlamaConfig, ops, like: dict, index: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.index = index  # selects this layer's LoRA weights
         self.ops = ops
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
@@ -59,31 +60,46 @@ class LlamaDecoderLayer(nn.Module):
         self.gate_up_proj = _weight(2 * cfg.intermediate_size, cfg.hidden_size, like=like)
         self.down_proj = _weight(cfg.hidden_size, cfg.intermediate_size, like=like)
 
-    def forward(self, positions, hidden, residual, kv_cache, meta, cos_sin_cache):
+    def forward(self, positions, hidden, residual, kv_cache, meta, cos_sin_cache, lora=None):
         ops, eps = self.ops, self.cfg.rms_eps
         if residual is None:
             residual = hidden
             hidden = ops.rms_norm(hidden, self.input_norm, eps)
         else:
             hidden, residual = ops.rms_norm(hidden, self.input_norm, eps, residual)
-        hidden = self._attention(positions, hidden, kv_cache, meta, cos_sin_cache)
+        hidden = self._attention(positions, hidden, kv_cache, meta, cos_sin_cache, lora)
         hidden, residual = ops.rms_norm(hidden, self.post_norm, eps, residual)
-        hidden = F.linear(ops.silu_and_mul(F.linear(hidden, self.gate_up_proj)), self.down_proj)
-        return hidden, residual
+        return self._mlp(hidden, lora), residual
 
-    def _attention(self, positions, hidden, kv_cache, meta, cos_sin_cache):
+    def _mlp(self, hidden, lora):
+        gate_up = F.linear(hidden, self.gate_up_proj)
+        if lora is not None:
+            lora.apply(self.index, "gate_up", hidden, gate_up)
+        act = self.ops.silu_and_mul(gate_up)
+        out = F.linear(act, self.down_proj)
+        if lora is not None:
+            lora.apply(self.index, "down", act, out)
+        return out
+
+    def _attention(self, positions, hidden, kv_cache, meta, cos_sin_cache, lora):
         cfg, ops = self.cfg, self.ops
         num_tokens = hidden.shape[0]
-        q, k, v = F.linear(hidden, self.qkv_proj).split(
-            [self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = F.linear(hidden, self.qkv_proj)
+        if lora is not None:
+            lora.apply(self.index, "qkv", hidden, qkv)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, cfg.num_heads, cfg.head_dim)
         k = k.view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
         v = v.view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
         q, k = ops.rotary(q, k, positions, cos_sin_cache)
         k_cache, v_cache = kv_cache
         ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = ops.paged_attention(q, k_cache, v_cache, meta, self.scale)
-        return F.linear(out.reshape(num_tokens, self.q_size), self.o_proj)
+        attn = ops.paged_attention(q, k_cache, v_cache, meta, self.scale).reshape(
+            num_tokens, self.q_size)
+        out = F.linear(attn, self.o_proj)
+        if lora is not None:
+            lora.apply(self.index, "o", attn, out)
+        return out
 
 
 class LlamaForCausalLM(nn.Module):
@@ -95,7 +111,7 @@ class LlamaForCausalLM(nn.Module):
         like = {"device": device, "dtype": dtype}
         self.embed_tokens = _weight(cfg.vocab_size, cfg.hidden_size, like=like)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, self.ops, like) for _ in range(cfg.num_layers))
+            LlamaDecoderLayer(cfg, self.ops, like, i) for i in range(cfg.num_layers))
         self.norm = _weight(cfg.hidden_size, like=like)
         self.lm_head = self.embed_tokens if cfg.tie_word_embeddings else _weight(
             cfg.vocab_size, cfg.hidden_size, like=like)
@@ -105,11 +121,14 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMetadata) -> torch.Tensor:
+                meta: AttentionMetadata, lora=None) -> torch.Tensor:
+        """`lora` (a LoraBatch, or None when no request of the step has an adapter) adds
+        each adapter's deltas to its rows of the projection outputs."""
         hidden = F.embedding(input_ids, self.embed_tokens)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta, self.cos_sin_cache)
+            hidden, residual = layer(positions, hidden, residual, kv_cache, meta,
+                                     self.cos_sin_cache, lora)
         hidden, _ = self.ops.rms_norm(hidden, self.norm, self.cfg.rms_eps, residual)
         return hidden
 
