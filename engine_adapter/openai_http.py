@@ -68,16 +68,29 @@ class _SSEStream(EngineStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            for event in self._pending:
-                yield event
-            self._pending = []
             while True:
+                if self._pending:
+                    yield self._pending.pop(0)
+                    continue
                 event = await self.next_event()
                 if event is None:
                     return
                 yield event
         finally:
             await self.aclose()
+
+    def ready_events(self) -> list[bytes]:
+        """Events already received in full, taken without waiting: a relay that forwards them
+        in one write pays one client send instead of one per event."""
+        events, self._pending = self._pending, []
+        buffer = self._buffer
+        start = 0
+        while (cut := buffer.find(b"\n\n", start)) >= 0:
+            events.append(buffer[start:cut + 2])
+            start = cut + 2
+        if start:
+            self._buffer = buffer[start:]
+        return events
 
     async def next_event(self) -> bytes | None:
         """The next complete event (separator included), None at end of stream."""
@@ -164,7 +177,10 @@ class OpenAIHTTPAdapter(EngineAdapter):
     async def _open_stream(self, request: httpx.Request, first_deadline: float,
                            deadline: float) -> EngineStream:
         response = await self._send(request, first_deadline, "first_token_timeout")
-        stream = _SSEStream(response, response.aiter_bytes(), [], b"", first_deadline)
+        # Without a content-encoding the raw bytes are the content: skip httpx's decoding layers.
+        chunks = response.aiter_bytes() if "content-encoding" in response.headers \
+            else response.aiter_raw()
+        stream = _SSEStream(response, chunks, [], b"", first_deadline)
         pending: list[bytes] = []
         try:
             # Read ahead to the first data event: until then the request may be retried.

@@ -36,6 +36,7 @@ class Accounting:
         self.first_token_at: float | None = None
         self.last_chunk_at: float | None = None
         self.chunks = 0
+        self._itl = None       # the ITL histogram of this model, looked up once per stream
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.status = 200
@@ -73,7 +74,9 @@ class Accounting:
     def chunk(self) -> None:
         now = time.perf_counter()
         if self.last_chunk_at is not None:
-            self.state.metrics.itl.labels(self.requested).observe(now - self.last_chunk_at)
+            if self._itl is None:
+                self._itl = self.state.metrics.itl.labels(self.requested)
+            self._itl.observe(now - self.last_chunk_at)
         self.last_chunk_at = now
         self.chunks += 1
 

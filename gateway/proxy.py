@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from engine_adapter.base import EngineError
 from gateway.accounting import CLIENT_CLOSED, Accounting
@@ -21,6 +21,7 @@ from gateway.resolve import choose_version, model_not_found, resolve_model
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
+from gateway.sse_response import SSEResponse
 from gateway.tracing import child_span
 from gateway.upstream_trace import UpstreamTrace
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, parse_body, \
@@ -271,8 +272,8 @@ async def _try_backend(request: Request, state: GatewayState, call: Call, model_
         served = upstream["model"]
         rename = None if served == call.requested else (
             f'"model":"{served}"'.encode(), f'"model":"{call.requested}"'.encode())
-        return StreamingResponse(relay_stream(result, call.acct, call.client_wants_usage, rename),
-                                 media_type="text/event-stream", headers=SSE_HEADERS)
+        return SSEResponse(relay_stream(result, call.acct, call.client_wants_usage, rename),
+                           headers=SSE_HEADERS)
     text = chat_text if call.kind == "chat" else completion_text
     content = finish_json(result, call.acct, call.requested, text)
     if call.acct.text_parts is not None:

@@ -1,9 +1,10 @@
 """Relay an engine's answer to the client.
 
-Streams are forwarded event by event without re-serialising; only events carrying usage are
-parsed (to account tokens, and to drop the usage chunk when the client did not ask for it; the
-gateway always asks the engine for it). A stream that breaks mid-way ends with an OpenAI error
-event and `data: [DONE]`, so clients never hang on a half-finished stream.
+Streams are forwarded without re-serialising, events that arrived together in one write; only
+events carrying usage are parsed (to account tokens, and to drop the usage chunk when the client
+did not ask for it; the gateway always asks the engine for it). A stream that breaks mid-way
+ends with an OpenAI error event and `data: [DONE]`, so clients never hang on a half-finished
+stream.
 """
 from __future__ import annotations
 
@@ -56,27 +57,53 @@ def _usage_event(event: bytes, acct: Accounting, client_wants_usage: bool) -> by
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+def _relay_event(event: bytes, acct: Accounting, client_wants_usage: bool,
+                 rename: tuple[bytes, bytes] | None) -> bytes | None:
+    """What to forward for one upstream event: DONE (itself) at the end, None to drop it."""
+    if is_done(event):
+        return DONE
+    if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
+        acct.status = 502
+    elif _has_usage(event):
+        event = _usage_event(event, acct, client_wants_usage)
+        if event is None:
+            return None
+    else:
+        acct.chunk()
+        if acct.text_parts is not None:
+            acct.text_parts.append(delta_text(payload(event)))
+    if rename is not None:
+        event = event.replace(rename[0], rename[1], 1)
+    return event
+
+
 async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usage: bool,
                        rename: tuple[bytes, bytes] | None) -> AsyncIterator[bytes]:
+    # Events that arrived together leave in one write: each client send crosses the whole
+    # ASGI middleware stack, and a stream's events often come in a single upstream read.
+    ready = getattr(stream, "ready_events", None)
     saw_done = False
     try:
         async for event in stream:
-            if is_done(event):
+            out = _relay_event(event, acct, client_wants_usage, rename)
+            if out is DONE:
                 saw_done = True
                 break
-            if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
-                acct.status = 502
-            elif _has_usage(event):
-                event = _usage_event(event, acct, client_wants_usage)
-                if event is None:
-                    continue
-            else:
-                acct.chunk()
-                if acct.text_parts is not None:
-                    acct.text_parts.append(delta_text(payload(event)))
-            if rename is not None:
-                event = event.replace(rename[0], rename[1], 1)
-            yield event
+            batch = [] if out is None else [out]
+            for more in ready() if ready is not None else ():
+                out = _relay_event(more, acct, client_wants_usage, rename)
+                if out is DONE:
+                    saw_done = True
+                    break
+                if out is not None:
+                    batch.append(out)
+            if saw_done:
+                acct.upstream_ok()
+                batch.append(DONE)
+                yield b"".join(batch)
+                return
+            if batch:
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
         if not saw_done:
             raise EngineError("protocol", "upstream stream ended before [DONE]")
         acct.upstream_ok()
@@ -91,8 +118,22 @@ async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usag
         acct.status = CLIENT_CLOSED
         raise
     finally:
-        await stream.aclose()
+        if saw_done:
+            # The client's answer is complete: end it now and let the upstream connection
+            # drain its last bytes back into the pool off the client's clock.
+            _close_later(stream)
+        else:
+            await stream.aclose()
         acct.finish()
+
+
+_closing: set[asyncio.Task] = set()   # strong references: the loop keeps only weak ones
+
+
+def _close_later(stream: EngineStream) -> None:
+    task = asyncio.get_running_loop().create_task(stream.aclose())
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
 
 
 def finish_json(result: dict, acct: Accounting, requested: str, completion_text) -> bytes:

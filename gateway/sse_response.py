@@ -1,0 +1,62 @@
+"""A streamed (SSE) response that stops its body when the client disconnects.
+
+The event that ends a stream (`data: [DONE]`) leaves in the same write as the chunked
+terminator, so the client has its whole answer before the relay's closing bookkeeping runs.
+
+Starlette's StreamingResponse does the same under ASGI < 2.4 (uvicorn's httptools server) with
+an anyio task group per response, a cost paid on every streamed request. Here one plain asyncio
+task waits for `http.disconnect` and cancels the streaming task; the cancellation reaches the
+body iterator (the relay), which accounts the request as client-closed and aborts upstream.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.relay import DONE
+
+
+class SSEResponse(StreamingResponse):
+    media_type = "text/event-stream"
+    _answered = False   # the final event went out: the response is complete
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streaming = asyncio.current_task()
+        client_gone = False
+
+        async def watch_disconnect() -> None:
+            nonlocal client_gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not self._answered:   # a complete response also reads as a disconnect
+                client_gone = True
+                streaming.cancel()
+
+        # The watcher only runs while this task waits inside stream_response, so its cancel
+        # always lands on an await there, never after the body is done.
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not client_gone:
+                raise
+            streaming.uncancel()
+        finally:
+            watcher.cancel()
+        if self.background is not None:
+            await self.background()
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            if chunk.endswith(DONE):
+                self._answered = True
+                await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                async for _ in self.body_iterator:   # run the relay's end of stream bookkeeping
+                    pass
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
