@@ -1,5 +1,5 @@
-"""Streams are accounted however they end: a client that leaves counts as 499 and frees its
-in-flight slot; a complete stream counts as 200 with tokens and inter-token latencies."""
+"""A complete stream is accounted: 200, completion tokens and inter-token latencies (a client
+that leaves is covered in test_streaming.py)."""
 import time
 
 import pytest
@@ -15,22 +15,6 @@ def gw(make_gateway, engines):
 def _metric_lines(gw, *prefixes: str) -> list[str]:
     text = gw.client().get("/metrics").text
     return [line for line in text.splitlines() if line.startswith(prefixes)]
-
-
-def test_client_disconnect_counts_499_and_releases_the_backend(gw, engines):
-    engines[0].control(token_delay=0.05)
-    with gw.client() as c, c.stream("POST", "/v1/chat/completions",
-                                    json=chat_body(stream=True, max_tokens=400)) as r:
-        lines = r.iter_lines()
-        for _ in range(3):
-            next(lines)
-    deadline = time.monotonic() + 5
-    while engines[0].stats()["cancelled"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert engines[0].stats()["cancelled"] >= 1
-    time.sleep(0.2)
-    assert any('code="499"' in line for line in _metric_lines(gw, "inferplane_requests_total"))
-    assert gw.state.router.book.inflight.get("e0", 0) == 0
 
 
 def test_complete_stream_counts_200_tokens_and_latencies(gw):

@@ -84,6 +84,10 @@ def test_client_disconnect_cancels_upstream(gw, engines):
     stats = engines[0].stats()
     assert stats["cancelled"] == 1 and stats["completed"] == 0
     assert gw.state.router.book.inflight.get("e0", 0) == 0
+    time.sleep(0.2)  # the accounting of a left stream completes after its cancellation
+    counts = [line for line in gw.client().get("/metrics").text.splitlines()
+              if line.startswith("inferplane_requests_total")]
+    assert any('code="499"' in line for line in counts), counts
 
 
 def test_client_disconnect_before_first_token_cancels_upstream(gw, engines):
