@@ -14,6 +14,7 @@ from registry.access_models import ApiKey
 from registry.access_queries import create_key
 from registry.models import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
+from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
 
 from .settings import ModelSpec, Settings
@@ -83,13 +84,11 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
 def set_backend_state(sessions: sessionmaker, url: str, state: str, error: str | None = None) -> bool:
     """Returns True when the state changed (and the snapshot version was bumped)."""
     with sessions.begin() as session:
-        rows = session.scalars(select(Backend).where(Backend.url == url)).all()
-        changed = [r for r in rows if r.state != state]
-        for row in changed:
-            row.state, row.last_error = state, error
-        if changed:
+        ids = session.scalars(select(Backend.id).where(Backend.url == url)).all()
+        changed = [set_state(session, backend_id, state, error)[1] for backend_id in ids]
+        if any(changed):
             bump_version(session)
-        return bool(changed)
+        return any(changed)
 
 
 def create_key_cli(settings: Settings, args: argparse.Namespace) -> int:

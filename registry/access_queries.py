@@ -13,24 +13,17 @@ from sqlalchemy.orm import Session
 from registry.errors import ConflictError, InvalidError, NotFoundError
 from registry.keys import KEY_PREFIX, display_prefix, generate_key, hash_key
 from registry.models import ApiKey, Team, Usage, utcnow
+from registry.named import create_named, get_named
 
 MIN_SECRET_LEN = 20  # imported secrets shorter than this are guessable
 
 
 def get_team(session: Session, name: str) -> Team:
-    team = session.scalar(select(Team).where(Team.name == name))
-    if team is None:
-        raise NotFoundError(f"team '{name}' does not exist", param="team")
-    return team
+    return get_named(session, Team, name, "team")
 
 
 def create_team(session: Session, name: str, **fields: Any) -> Team:
-    if session.scalar(select(Team.id).where(Team.name == name)) is not None:
-        raise ConflictError(f"team '{name}' already exists", param="name", code="already_exists")
-    team = Team(name=name, **fields)
-    session.add(team)
-    session.flush()
-    return team
+    return create_named(session, Team, name, "team", **fields)
 
 
 def get_key(session: Session, key_id: int) -> ApiKey:

@@ -16,6 +16,7 @@ from registry.models import (
     Adapter, Alias, AliasHistory, AuditLog, Backend, BackendAdapter, Model, ModelVersion,
     RegistryState, utcnow,
 )
+from registry.named import create_named, get_named
 
 # Access-control queries live in their own module; re-exported so callers have one import.
 from registry.access_queries import (  # noqa: F401
@@ -53,19 +54,11 @@ def audit(session: Session, actor: str, action: str, resource_type: str, resourc
 # --- models + versions ------------------------------------------------------------------
 
 def get_model(session: Session, name: str) -> Model:
-    model = session.scalar(select(Model).where(Model.name == name))
-    if model is None:
-        raise NotFoundError(f"model '{name}' does not exist", param="model")
-    return model
+    return get_named(session, Model, name, "model")
 
 
 def create_model(session: Session, name: str, **fields: Any) -> Model:
-    if session.scalar(select(Model.id).where(Model.name == name)) is not None:
-        raise ConflictError(f"model '{name}' already exists", param="name", code="already_exists")
-    model = Model(name=name, **fields)
-    session.add(model)
-    session.flush()
-    return model
+    return create_named(session, Model, name, "model", **fields)
 
 
 def upsert_model(session: Session, name: str, **fields: Any) -> tuple[Model, bool]:
