@@ -9,7 +9,8 @@ a run cut short still leaves results):
 2. microbenchmarks: decode attention achieved GB/s (K/V bytes read / time) against the HBM
    peak, torch SDPA on the same context gathered contiguous, prefill TFLOP/s, norm/MLP GB/s;
 3. CUDA graphs: DecodeGraphs capture/replay of the decode attention step vs eager;
-4. end to end: LLMEngine + ModelRunner on the real model, triton vs torch kernels.
+4. end to end: LLMEngine + ModelRunner on the real model in bf16: triton with decode CUDA
+   graphs, triton eager, torch.
 Writes JSON to --out, else $OUT/gpu_check.json, else ./gpu_check.json. Without a CUDA device
 it says so, writes {"status": "no_cuda"} and exits 0.
 """
@@ -217,7 +218,7 @@ def check_cuda_graphs(report: dict) -> None:
 
 
 # ---- 4. end to end -------------------------------------------------------------------------
-def run_engine(backend: str, prompts: list[list[int]], max_tokens: int) -> dict:
+def run_engine(backend: str, graphs: str, prompts: list[list[int]], max_tokens: int) -> dict:
     from builtin_engine.config import EngineConfig
     from builtin_engine.llm_engine import LLMEngine
     from builtin_engine.loader import load_model
@@ -225,7 +226,7 @@ def run_engine(backend: str, prompts: list[list[int]], max_tokens: int) -> dict:
     from builtin_engine.sampling_params import SamplingParams
     cfg = EngineConfig(device="cuda", dtype="bfloat16", kernels=backend,
                        attention_backend=backend, num_blocks=8192, max_num_seqs=64,
-                       max_num_batched_tokens=4096, swap_space_gib=0.0)
+                       max_num_batched_tokens=4096, swap_space_gib=0.0, decode_graphs=graphs)
     t0 = time.monotonic()
     loaded = load_model(cfg)
     engine = LLMEngine(cfg, ModelRunner(cfg, loaded), loaded.tokenizer)
@@ -242,7 +243,7 @@ def run_engine(backend: str, prompts: list[list[int]], max_tokens: int) -> dict:
     sample = engine.generate([loaded.tokenizer.encode(chat)],
                              SamplingParams(max_tokens=24, temperature=0))["0"]
     generated = sum(len(o) for o in outputs)
-    return {"backend": backend, "load_s": load_s, "elapsed_s": elapsed,
+    return {"backend": backend, "decode_graphs": graphs, "load_s": load_s, "elapsed_s": elapsed,
             "requests": len(prompts), "output_tokens": generated,
             "output_tok_s": generated / elapsed,
             "total_tok_s": (generated + sum(map(len, prompts))) / elapsed,
@@ -253,13 +254,16 @@ def check_e2e(report: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(100, 40000, (int(n),), generator=gen).tolist()
                for n in torch.randint(128, 512, (64,), generator=gen)]
-    runs = [run_engine(b, prompts, 128) for b in ("triton", "torch")]
-    a, b = runs[0].pop("_outputs"), runs[1].pop("_outputs")
+    runs = [run_engine(b, g, prompts, 128)
+            for b, g in (("triton", "auto"), ("triton", "off"), ("torch", "off"))]
+    a, graphs_off, b = (run.pop("_outputs") for run in runs)
     same_prefix = [next((i for i, (x, y) in enumerate(zip(p, q)) if x != y), len(p))
                    for p, q in zip(a, b)]
     report["e2e"] = {"runs": runs, "greedy_identical_requests": sum(
         s == len(p) for s, p in zip(same_prefix, a)),
-        "mean_tokens_before_divergence": sum(same_prefix) / len(same_prefix)}
+        "mean_tokens_before_divergence": sum(same_prefix) / len(same_prefix),
+        "graphs_vs_eager_identical_requests": sum(x == y for x, y in zip(a, graphs_off)),
+        "graphs_speedup": runs[0]["output_tok_s"] / runs[1]["output_tok_s"]}
 
 
 # ---- driver --------------------------------------------------------------------------------

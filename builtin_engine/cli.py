@@ -34,6 +34,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swap-space", type=float, default=d.swap_space_gib, help="GiB of CPU swap")
     p.add_argument("--attention-backend", default=None, choices=["torch", "triton"])
     p.add_argument("--kernels", default=None, choices=["torch", "triton"])
+    p.add_argument("--decode-graphs", default=d.decode_graphs, choices=["auto", "off", "static"],
+                   help="CUDA graphs for decode steps (auto: on CUDA with Triton attention)")
+    p.add_argument("--enforce-eager", action="store_true", help="same as --decode-graphs off")
+    p.add_argument("--max-graph-batch", type=int, default=d.max_graph_batch,
+                   help="largest decode batch replayed from a graph")
     p.add_argument("--simulate", action="store_true", help="run the scheduler without the model")
     p.add_argument("--sim-prefill-s-per-token", type=float, default=d.sim_prefill_s_per_token)
     p.add_argument("--sim-decode-base-s", type=float, default=d.sim_decode_base_s)
@@ -57,6 +62,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         long_prefill_token_threshold=a.long_prefill_token_threshold, max_model_len=a.max_model_len,
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
+        decode_graphs="off" if a.enforce_eager else a.decode_graphs,
+        max_graph_batch=a.max_graph_batch,
         sim_prefill_s_per_token=a.sim_prefill_s_per_token, sim_decode_base_s=a.sim_decode_base_s,
         sim_decode_s_per_seq=a.sim_decode_s_per_seq, sim_context_length=a.sim_context_length)
 
@@ -94,6 +101,7 @@ def build_engine(config: EngineConfig):
         # Shared with the AdapterRegistry (see lora_store_of): it loads, the runner applies.
         store = LoraStore(loaded.llama_config, config.device, torch_dtype(config.dtype))
         executor = ModelRunner(config, loaded, lora_store=store)
+        print(f"[engine] {executor.describe()}", file=sys.stderr, flush=True)
     config.max_model_len = min(config.max_model_len or context, context)
     engine = AsyncEngine(config, executor, tokenizer)  # may lower max_model_len to the KV room
     served = config.served_model_name or config.model

@@ -28,6 +28,9 @@ class EngineConfig:
     # kernels
     attention_backend: str | None = None  # torch | triton; None = by device
     kernels: str | None = None  # torch | triton; None = by device
+    # decode CUDA graphs: auto (on CUDA with Triton attention) | off | static (no capture)
+    decode_graphs: str = "auto"
+    max_graph_batch: int = 256  # larger decode batches run eagerly
     # simulated executor (no model compute)
     simulate: bool = False
     sim_prefill_s_per_token: float = 0.0002

@@ -95,6 +95,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         sched = self.scheduler
         out = sched.schedule()
+        self._drop_unrunnable(out)
         if out.scheduled or out.blocks_to_swap_out or out.blocks_to_swap_in:
             try:
                 sampled = self.executor.execute(out)
@@ -106,6 +107,17 @@ class LLMEngine:
             sampled = {}
         self.num_steps += 1
         return self._finish_step(sched.update_from_output(out, sampled), out.num_batched_tokens)
+
+    def _drop_unrunnable(self, out: SchedulerOutput) -> None:
+        """End only the requests the executor cannot run (an adapter unloaded since they
+        were admitted), so the rest of the batch still takes its step."""
+        check = getattr(self.executor, "unrunnable", None)
+        errors = check(out.scheduled) if check is not None else {}
+        if not errors:
+            return
+        for request_id, error in errors.items():
+            self.scheduler.abort_request(request_id, "error", error)
+        out.scheduled = [s for s in out.scheduled if s.request_id not in errors]
 
     def _finish_step(self, outputs: list[RequestOutput], num_tokens: int) -> list[RequestOutput]:
         sched, m = self.scheduler, self.metrics

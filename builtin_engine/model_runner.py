@@ -12,6 +12,7 @@ import torch
 
 from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
+from .graphed_decode import build_graphed_decode
 from .kernels.attention import AttentionMetadata
 from .loader import LoadedModel, torch_dtype
 from .lora import LoraBatch, LoraStore, LoraWeights
@@ -49,6 +50,20 @@ class ModelRunner:
         self.kv_caches = self._allocate(self.num_device_blocks, self.device)
         self.cpu_caches = self._allocate(self.num_cpu_blocks, torch.device("cpu"),
                                          pin=self.device.type == "cuda")
+        max_len = min(config.max_model_len or self.cfg.max_position, self.cfg.max_position)
+        # Captured after the KV cache exists: the graphs hold its addresses.
+        self.graphed = build_graphed_decode(config, self.model, self.kv_caches, max_len,
+                                            self.device)
+
+    def describe(self) -> str:
+        """What runs the model, for the startup line: device, dtype, kernels, graphs, KV."""
+        graphs = "off"
+        if self.graphed is not None:
+            sizes = self.graphed.graphs.captured_sizes
+            graphs = f"{len(sizes)} sizes up to {sizes[-1]}" if sizes else "static buffers"
+        return (f"{self.device.type} {self.config.dtype}, {self.model.ops.name}, "
+                f"decode graphs: {graphs}, KV cache {self.num_device_blocks} blocks of "
+                f"{self.block_size} tokens")
 
     # ---- KV cache sizing -----------------------------------------------------------------
     def block_bytes(self) -> int:
@@ -110,8 +125,7 @@ class ModelRunner:
             return {}
         batch = self._prepare(out.scheduled)
         with torch.inference_mode():
-            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta,
-                                batch.lora)
+            hidden = self._forward(batch)
             if not batch.sampled:
                 return {}
             logits = self.model.compute_logits(hidden[batch.sample_rows])
@@ -120,6 +134,12 @@ class ModelRunner:
                 [self._generator(r) for r in batch.sampled],
                 [r.num_output_tokens for r in batch.sampled], self.eos_token_id)
         return {r.request_id: t for r, t in zip(batch.sampled, tokens)}
+
+    def _forward(self, batch: StepBatch) -> torch.Tensor:
+        if self.graphed is not None and self.graphed.accepts(batch.meta, batch.lora):
+            return self.graphed.forward(batch.input_ids, batch.positions, batch.meta)
+        return self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta,
+                          batch.lora)
 
     def release(self, request_id: str) -> None:
         self.generators.pop(request_id, None)
@@ -187,6 +207,12 @@ class ModelRunner:
                 rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
             groups.append((weights, rows))
         return LoraBatch(groups)
+
+    def unrunnable(self, reqs: list[ScheduledRequest]) -> dict[str, str]:
+        """Requests naming an adapter that is not loaded (and not pinned by an earlier step)."""
+        return {r.request_id: f"LoRA adapter {r.lora!r} is not loaded"
+                for r in reqs if r.lora is not None
+                and r.request_id not in self.request_loras and self.lora_store.get(r.lora) is None}
 
     def _pinned_lora(self, req: ScheduledRequest) -> LoraWeights:
         weights = self.request_loras.get(req.request_id)

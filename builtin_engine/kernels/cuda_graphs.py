@@ -14,7 +14,8 @@ Contract (how a model runner adopts it):
 - `run` replays the graph of the smallest captured size >= n and returns its output's first n
   rows (a view into the graph's static output: copy it before the next replay if kept).
   Without a graph for n (CPU, capture disabled, n too large) it calls step(n) eagerly, so the
-  caller has one code path. On CPU `capture` does nothing.
+  caller has one code path; with pad_eagerly it calls step(padded_size(n)) and keeps n rows.
+  On CPU `capture` does nothing.
 Only the Triton attention backend is capture-safe: the torch reference sizes its gathers from
 host values.
 """
@@ -41,8 +42,12 @@ def default_batch_sizes(max_num_seqs: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, batch_sizes: list[int], device: torch.device | str):
+    def __init__(self, batch_sizes: list[int], device: torch.device | str,
+                 pad_eagerly: bool = False):
         self.device = torch.device(device)
+        # Without graphs, still run the padded size: the static-buffer path (padding rows
+        # included) then runs on any device, which is how the CPU tests check it.
+        self.pad_eagerly = pad_eagerly
         self.batch_sizes = sorted(set(batch_sizes))
         if not self.batch_sizes or self.batch_sizes[0] < 1:
             raise ValueError(f"batch sizes must be positive, got {batch_sizes}")
@@ -81,6 +86,6 @@ class DecodeGraphs:
         size = self.padded_size(n)
         graph = self._graphs.get(size) if size is not None else None
         if graph is None:
-            return step(n)
+            return step(size)[:n] if self.pad_eagerly and size is not None else step(n)
         graph.replay()
         return self._outputs[size][:n]

@@ -168,3 +168,25 @@ async def test_served_adapter_then_unloaded_is_404(runner, loaded, peft_model, p
             assert gone.json()["error"]["code"] == "model_not_found"
     finally:
         await engine.shutdown(1.0)
+
+
+def test_adapter_unloaded_after_admission_fails_only_its_request(
+        engine_config, runner, loaded, registry, peft_model, prompt_ids):
+    _, dirs = peft_model
+    asyncio.run(registry.load("gone", str(dirs["one"])))
+    engine = LLMEngine(engine_config, runner, loaded.tokenizer)
+    engine.add_request("lora", prompt_ids[0], PARAMS, lora="gone", extra_key=b"gone")
+    engine.add_request("plain", prompt_ids[1], PARAMS)
+    runner.lora_store.remove("gone")  # between admission and the first engine step
+    outputs: dict[str, list] = {"lora": [], "plain": []}
+    errors = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            outputs[o.request_id].extend(o.new_token_ids)
+            if o.error:
+                errors[o.request_id] = o.error
+    assert list(errors) == ["lora"] and "'gone' is not loaded" in errors["lora"]
+    assert outputs["lora"] == []
+    [alone] = run_engine(engine_config, runner, loaded, [(prompt_ids[1], None)])
+    assert outputs["plain"] == alone
+    assert engine.scheduler.kv.num_free_blocks == engine.scheduler.kv.num_blocks

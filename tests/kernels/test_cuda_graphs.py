@@ -34,3 +34,16 @@ def test_rejects_bad_sizes():
         DecodeGraphs([], "cpu")
     with pytest.raises(ValueError):
         DecodeGraphs([0, 2], "cpu")
+
+
+def test_pad_eagerly_runs_the_padded_size_and_keeps_n_rows():
+    graphs = DecodeGraphs([1, 2, 4], "cpu", pad_eagerly=True)
+    calls = []
+
+    def step(b):
+        calls.append(b)
+        return torch.arange(b)
+
+    assert graphs.run(3, step).tolist() == [0, 1, 2]
+    assert graphs.run(5, step).tolist() == [0, 1, 2, 3, 4]  # beyond every size: eager n
+    assert calls == [4, 5]
