@@ -30,6 +30,8 @@ class Principal:
     rpm_limit: int | None = None
     tpm_limit: int | None = None
     max_budget: float | None = None
+    budget_period: str | None = None
+    spend: float = 0.0  # recorded in SQL as of the snapshot
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -67,7 +69,8 @@ def principal_from_key(snapshot, secret: str) -> Principal:
     return Principal(key_id=str(key.key_id), name=key.name, team=key.team, role=key.role or "user",
                      models=_allowlist(key.models), priority=key.priority or "standard",
                      rpm_limit=key.rpm_limit, tpm_limit=key.tpm_limit,
-                     max_budget=getattr(key, "max_budget", None))
+                     max_budget=key.max_budget, budget_period=key.budget_period,
+                     spend=key.spend)
 
 
 def principal_from_claims(claims: dict, settings) -> Principal:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from gateway.errors import OpenAIError
-from gateway.limits import (Budget, Limit, TokenEstimator, create_rate_limiter,
+from gateway.limits import (Budget, Limit, Prices, TokenEstimator, create_rate_limiter,
                             create_spend_tracker, reservation_tokens)
 from gateway.settings import GatewaySettings
 
@@ -36,10 +36,12 @@ class LimitsGate:
         return out
 
     def budgets_for(self, principal, snapshot) -> list[Budget]:
-        out = [Budget("key", principal.key_id, principal.max_budget)]
+        out = [Budget("key", principal.key_id, principal.max_budget, principal.budget_period,
+                      principal.spend)]
         if principal.team:
             team = getattr(snapshot, "teams", {}).get(principal.team)
-            out.append(Budget("team", principal.team, team.max_budget if team else None))
+            out.append(Budget("team", principal.team, team.max_budget, team.budget_period,
+                              team.spend) if team else Budget("team", principal.team, None))
         return out
 
     def prompt_tokens(self, kind: str, body: dict) -> int:
@@ -53,18 +55,21 @@ class LimitsGate:
         return self.estimator.count_prompt(prompt or "")
 
     async def admit(self, principal, snapshot, model_view, prompt: int, max_tokens: int | None):
-        """(reservation, budgets) for an admitted request; raises the OpenAI 429 otherwise."""
-        budgets = self.budgets_for(principal, snapshot)
-        refused = await self.spend.check(budgets)
-        if refused is not None:
-            self._reject(model_view.name, refused, "budget_exceeded")
+        """(rate-limit decision, budget hold) for an admitted request; raises the OpenAI 429
+        otherwise. The budget holds this request's worst-case cost until `settle`."""
         tokens = reservation_tokens(prompt, max_tokens, DEFAULT_MAX_TOKENS,
                                     model_view.context_length)
+        prices = Prices(model_view.price_in_per_1k or 0.0, model_view.price_out_per_1k or 0.0)
+        hold, refused = await self.spend.reserve(self.budgets_for(principal, snapshot),
+                                                 prices.cost(prompt, max(0, tokens - prompt)))
+        if refused is not None:
+            self._reject(model_view.name, refused, "budget_exceeded")
         decision = await self.limiter.acquire(self.limits_for(principal, snapshot), tokens)
         if not decision.allowed:
+            await self.spend.settle(hold, 0.0)
             code = "rate_limit_exceeded" if decision.reason != "too_large" else "tokens_exceeded"
             self._reject(model_view.name, decision, code)
-        return decision, budgets
+        return decision, hold
 
     def _reject(self, model: str, decision, code: str) -> None:
         reason = decision.reason or "rate_limit"
@@ -73,17 +78,17 @@ class LimitsGate:
         raise OpenAIError(status, decision.message, type="rate_limit_error" if status == 429
                           else None, code=code, headers=decision.headers())
 
-    def settle(self, decision, budgets, tokens: int, cost: float) -> None:
-        """Refund/charge TPM and add spend, off the response path."""
+    def settle(self, decision, hold, tokens: int, cost: float) -> None:
+        """Refund/charge TPM and swap the budget hold for the real cost, off the response path."""
         task = asyncio.get_running_loop().create_task(
-            self._settle(decision.reservation, budgets, tokens, cost))
+            self._settle(decision.reservation, hold, tokens, cost))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _settle(self, reservation, budgets, tokens: int, cost: float) -> None:
+    async def _settle(self, reservation, hold, tokens: int, cost: float) -> None:
         try:
             await self.limiter.reconcile(reservation, tokens)
-            await self.spend.record(budgets, cost)
+            await self.spend.settle(hold, cost)
         except Exception:
             log.exception("settling rate limits failed")
 

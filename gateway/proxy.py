@@ -99,7 +99,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
         _validate(req, model_view)
         prompt_tokens = gate.prompt_tokens(kind, body)
         with child_span("gateway.limits"):
-            decision, budgets = await gate.admit(principal, snapshot, model_view, prompt_tokens,
+            decision, hold = await gate.admit(principal, snapshot, model_view, prompt_tokens,
                                                  requested_max_tokens(req))
     except OpenAIError as exc:   # refused before accounting starts: still a client response
         state.metrics.requests.labels(req.model, "none", str(exc.status)).inc()
@@ -108,7 +108,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     ctx = RouteContext(model=model_view.name, prompt_text=_prompt_text(kind, body),
                        session_key=session, adapter=adapter)
     acct = Accounting(state, principal, req.model, req.stream, started, prompt_tokens)
-    acct.on_finish.append(lambda a: gate.settle(decision, budgets, sum(a.tokens()),
+    acct.on_finish.append(lambda a: gate.settle(decision, hold, sum(a.tokens()),
                                                 a.cost(*a.tokens())))
     call = Call(kind, body, req.model, req.stream,
                 bool(req.stream_options and req.stream_options.include_usage), adapter, ctx, acct)

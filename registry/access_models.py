@@ -9,25 +9,28 @@ from typing import Any
 from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from registry.models import PRIORITIES, ROLES, Base, Timestamps, Versioned, one_of, utcnow
+from registry.models import BUDGET_PERIODS, PRIORITIES, ROLES, Base, Timestamps, Versioned, one_of, utcnow
 
 
 class Team(Versioned, Timestamps, Base):
     __tablename__ = "teams"
+    __table_args__ = (one_of("budget_period", BUDGET_PERIODS),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     rpm_limit: Mapped[int | None] = mapped_column(Integer)
     tpm_limit: Mapped[int | None] = mapped_column(Integer)
     max_budget: Mapped[float | None] = mapped_column(Float)
-    spend: Mapped[float] = mapped_column(Float, default=0.0)
+    budget_period: Mapped[str | None] = mapped_column(String(10))
+    spend: Mapped[float] = mapped_column(Float, default=0.0)  # lifetime, charged from usage
 
 
 class ApiKey(Versioned, Timestamps, Base):
     """Only the sha256 of the secret is stored; `prefix` lets people recognise a key."""
 
     __tablename__ = "api_keys"
-    __table_args__ = (one_of("role", ROLES), one_of("priority", PRIORITIES))
+    __table_args__ = (one_of("role", ROLES), one_of("priority", PRIORITIES),
+                      one_of("budget_period", BUDGET_PERIODS))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -39,7 +42,8 @@ class ApiKey(Versioned, Timestamps, Base):
     rpm_limit: Mapped[int | None] = mapped_column(Integer)
     tpm_limit: Mapped[int | None] = mapped_column(Integer)
     max_budget: Mapped[float | None] = mapped_column(Float)
-    spend: Mapped[float] = mapped_column(Float, default=0.0)
+    budget_period: Mapped[str | None] = mapped_column(String(10))
+    spend: Mapped[float] = mapped_column(Float, default=0.0)  # lifetime, charged from usage
     priority: Mapped[str] = mapped_column(String(20), default="standard")
     expires_at: Mapped[datetime | None] = mapped_column()
     revoked_at: Mapped[datetime | None] = mapped_column()

@@ -48,7 +48,7 @@ def _checked_secret(session: Session, secret: str | None) -> str:
 def create_key(session: Session, name: str, *, role: str = "user", team: str | None = None,
                models: list[str] | None = None, rpm_limit: int | None = None,
                tpm_limit: int | None = None, max_budget: float | None = None,
-               priority: str = "standard", expires_at: datetime | None = None,
+               budget_period: str | None = None, priority: str = "standard", expires_at: datetime | None = None,
                secret: str | None = None) -> tuple[ApiKey, str]:
     """Returns (row, secret). The secret is shown to the caller once and never stored.
 
@@ -57,7 +57,8 @@ def create_key(session: Session, name: str, *, role: str = "user", team: str | N
     secret = _checked_secret(session, secret)
     key = ApiKey(key_hash=hash_key(secret), prefix=display_prefix(secret), name=name,
                  team=team, role=role, models=models, rpm_limit=rpm_limit, tpm_limit=tpm_limit,
-                 max_budget=max_budget, priority=priority, expires_at=expires_at)
+                 max_budget=max_budget, budget_period=budget_period, priority=priority,
+                 expires_at=expires_at)
     session.add(key)
     session.flush()
     return key, secret

@@ -32,6 +32,7 @@ VERSION_STATUSES = ("registered", "ready", "deprecated", "archived")
 BACKEND_STATES = ("starting", "ready", "down", "draining")
 ROLES = ("admin", "operator", "user")
 PRIORITIES = ("high", "standard", "batch")
+BUDGET_PERIODS = ("hour", "day", "week", "month")  # UTC calendar periods; NULL = lifetime
 ROLLOUT_STATES = ("pending", "running", "paused", "promoted", "rolled_back", "aborted")
 
 # Deterministic constraint names keep Alembic batch migrations (SQLite table rebuilds) and

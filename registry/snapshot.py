@@ -84,6 +84,7 @@ class KeyView:
     expires_at: float | None  # unix seconds
     revoked: bool
     spend: float = 0.0
+    budget_period: str | None = None  # None: max_budget is for the key's lifetime
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class TeamView:
     tpm_limit: int | None
     max_budget: float | None
     spend: float
+    budget_period: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def _key_view(key: ApiKey) -> KeyView:
         models=tuple(key.models) if key.models is not None else None,
         rpm_limit=key.rpm_limit, tpm_limit=key.tpm_limit, max_budget=key.max_budget,
         priority=key.priority, expires_at=expires.timestamp() if expires else None,
-        revoked=key.revoked_at is not None, spend=key.spend)
+        revoked=key.revoked_at is not None, spend=key.spend, budget_period=key.budget_period)
 
 
 def build_snapshot(session: Session) -> RoutingSnapshot:
@@ -180,7 +182,8 @@ def build_snapshot(session: Session) -> RoutingSnapshot:
     model_views = {m.name: _model_view(m) for m in models}
     aliases = {f"{m.name}:{a}": m.name for m in model_views.values() for a in m.aliases}
     keys = {k.key_hash: _key_view(k) for k in session.scalars(select(ApiKey))}
-    teams = {t.name: TeamView(t.name, t.rpm_limit, t.tpm_limit, t.max_budget, t.spend)
+    teams = {t.name: TeamView(t.name, t.rpm_limit, t.tpm_limit, t.max_budget, t.spend,
+                              t.budget_period)
              for t in session.scalars(select(Team))}
     return RoutingSnapshot(version=version, models=MappingProxyType(model_views),
                            aliases=MappingProxyType(aliases), keys=MappingProxyType(keys),

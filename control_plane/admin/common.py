@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict
@@ -169,6 +169,7 @@ def install_admin_error_handlers(app: FastAPI) -> None:
 # --- request bodies ---------------------------------------------------------------------
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # no "/" (paths) and no ":" (model:alias)
+BudgetPeriod = Literal["hour", "day", "week", "month"]  # registry.models.BUDGET_PERIODS
 
 
 class Patch(Body):

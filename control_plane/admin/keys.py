@@ -14,7 +14,7 @@ from gateway.auth import Principal
 from registry.access_queries import create_key, get_key, revoke_key, rotate_key
 from registry.models import ApiKey
 
-from .common import patch_row, AdminContext, Body, Page, PageDep, Patch, admin, \
+from .common import BudgetPeriod, patch_row, AdminContext, Body, Page, PageDep, Patch, admin, \
     image, paginate, with_etag
 
 Role = Literal["admin", "operator", "user"]
@@ -29,6 +29,8 @@ class KeyCreate(Body):
     rpm_limit: int | None = Field(None, ge=1)
     tpm_limit: int | None = Field(None, ge=1)
     max_budget: float | None = Field(None, ge=0)
+    budget_period: BudgetPeriod | None = Field(
+        None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
     priority: Priority = "standard"
     expires_at: datetime | None = None
     expires_in_s: int | None = Field(None, ge=1)
@@ -56,6 +58,8 @@ class KeyPatch(Patch):
     rpm_limit: int | None = Field(None, ge=1)
     tpm_limit: int | None = Field(None, ge=1)
     max_budget: float | None = Field(None, ge=0)
+    budget_period: BudgetPeriod | None = Field(
+        None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
     priority: Priority = None
     expires_at: datetime | None = None
 

@@ -10,7 +10,7 @@ from gateway.auth import Principal
 from registry.access_queries import create_team, get_team
 from registry.models import ApiKey, Team
 
-from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
+from .common import BudgetPeriod, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
     image, paginate, with_etag
 
 
@@ -19,12 +19,16 @@ class TeamCreate(Body):
     rpm_limit: int | None = Field(None, ge=1)
     tpm_limit: int | None = Field(None, ge=1)
     max_budget: float | None = Field(None, ge=0)
+    budget_period: BudgetPeriod | None = Field(
+        None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
 
 
 class TeamPatch(Patch):
     rpm_limit: int | None = Field(None, ge=1)
     tpm_limit: int | None = Field(None, ge=1)
     max_budget: float | None = Field(None, ge=0)
+    budget_period: BudgetPeriod | None = Field(
+        None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
 
 
 def build_router(ctx: AdminContext) -> APIRouter:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from gateway.limits.base import RateLimiter
 from gateway.limits.budget import (
-    Budget, InMemorySpendTracker, Prices, RedisSpendTracker, SpendTracker,
+    PERIODS, Budget, BudgetHold, InMemorySpendTracker, Prices, SpendTracker, period_bounds,
 )
 from gateway.limits.memory import InMemoryRateLimiter
 from gateway.limits.outage import FailMode
+from gateway.limits.redis_budget import RedisSpendTracker
 from gateway.limits.redis_limiter import RedisRateLimiter
 from gateway.limits.tokens import TokenEstimator, reservation_tokens
 from gateway.limits.types import Decision, Limit, Reservation, format_duration
@@ -31,8 +32,8 @@ def create_spend_tracker(redis_url: str | None, fail_mode: FailMode = "fail_open
 
 
 __all__ = [
-    "Budget", "Decision", "FailMode", "InMemoryRateLimiter", "InMemorySpendTracker", "Limit",
+    "PERIODS", "Budget", "BudgetHold", "Decision", "FailMode", "InMemoryRateLimiter", "InMemorySpendTracker", "Limit",
     "Prices", "RateLimiter", "RedisRateLimiter", "RedisSpendTracker", "Reservation",
     "SpendTracker", "TokenEstimator", "create_rate_limiter", "create_spend_tracker",
-    "format_duration", "reservation_tokens",
+    "format_duration", "period_bounds", "reservation_tokens",
 ]

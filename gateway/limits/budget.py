@@ -1,26 +1,48 @@
-"""Spend tracking in USD per key and team, and `max_budget` enforcement.
+"""USD budgets per key and team: worst-case cost held at admission, settled with the real cost.
 
 Call pattern::
 
-    budgets = [Budget("key", key.key_id, key.max_budget), Budget("team", key.team, team_max)]
-    rejection = await spend.check(budgets)           # before serving; None = within budget
-    ...
-    cost = Prices(model.price_in_per_1k, model.price_out_per_1k).cost(prompt, completion)
-    await spend.record(budgets, cost)                # after serving (also on partial output)
+    budgets = [Budget("key", key_id, 10.0, period="day"), Budget("team", team, None)]
+    hold, refused = await spend.reserve(budgets, estimate_usd)   # refused: a budget Decision
+    ...                                                          # serve the request
+    await spend.settle(hold, actual_usd)                         # also on partial output
 
-A check and the later record are not one atomic step: concurrent requests can overshoot a
-budget by what they spend in flight. `seed` loads spend already recorded in SQL at start-up.
+`reserve` checks every budget and adds the estimate to every counter in one atomic step (a
+Lua script on Redis), so concurrent requests can never spend past a budget together: the
+request whose worst case does not fit in what is left is refused up front. A budget with a
+`period` (hour, day, week, month; UTC calendar periods) counts spend in a counter of the
+current period, so it resets when the period turns. A lifetime budget starts from
+`recorded_usd`, the spend SQL already holds, so a gateway restart forgets nothing.
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
-import redis.asyncio as aioredis
-
-from gateway.limits.outage import STORE_ERRORS, FailMode, OutageLog, check_fail_mode, make_client
 from gateway.limits.types import Decision
+
+PERIODS = ("hour", "day", "week", "month")
+
+
+def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
+    """[start, end) of the UTC calendar period that holds `now`; weeks start on Monday."""
+    now = now.astimezone(timezone.utc)
+    if period == "hour":
+        start = now.replace(minute=0, second=0, microsecond=0)
+        return start, start + timedelta(hours=1)
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day, day + timedelta(days=1)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    if period == "month":
+        start = day.replace(day=1)
+        end = (start + timedelta(days=32)).replace(day=1)
+        return start, end
+    raise ValueError(f"budget period must be one of {PERIODS}, got {period!r}")
 
 
 @dataclass(frozen=True)
@@ -28,10 +50,26 @@ class Budget:
     scope: str                 # "key" | "team"
     subject: str
     max_usd: float | None      # None = no budget, spend is still tracked
+    period: str | None = None  # None = lifetime
+    recorded_usd: float = 0.0  # lifetime spend already in SQL: where a fresh counter starts
 
-    @property
-    def storage_key(self) -> str:
-        return f"spend:{self.scope}:{self.subject}"
+    def counter(self, now: datetime) -> "Counter":
+        """The counter this budget charges at `now`: the current period's, or the lifetime one."""
+        if self.period is None:
+            return Counter(f"spend:{self.scope}:{self.subject}", 0, self.recorded_usd, self, None)
+        start, end = period_bounds(self.period, now)
+        ttl = int((end - start).total_seconds() * 2)  # settles of the last requests still land
+        key = f"spend:{self.scope}:{self.subject}:{self.period}:{start:%Y%m%dT%H}"
+        return Counter(key, ttl, 0.0, self, end)
+
+
+@dataclass(frozen=True)
+class Counter:
+    key: str
+    ttl_s: int                  # 0 = never expires
+    floor: float                # spend a fresh counter starts from
+    budget: Budget
+    resets_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -43,32 +81,60 @@ class Prices:
         return (prompt_tokens * self.in_per_1k + completion_tokens * self.out_per_1k) / 1000.0
 
 
+@dataclass
+class BudgetHold:
+    """The estimate added to each counter at admission; `settle` replaces it by the real cost."""
+    keys: tuple[str, ...]
+    estimate_usd: float
+    settled: bool = False
+
+
+def refusal(counter: Counter, spent: float, estimate: float, now: datetime) -> Decision:
+    """The 429 for a budget that this request's worst case does not fit in."""
+    budget, resets_at = counter.budget, counter.resets_at
+    who = f"{budget.scope} budget (${budget.max_usd:.2f}" + (
+        f" per {budget.period})" if budget.period else ")")
+    if spent >= budget.max_usd:
+        text = f"{who} is spent: ${spent:.4f} used"
+    else:
+        text = (f"{who} has ${budget.max_usd - spent:.4f} left and this request may cost up "
+                f"to ${estimate:.4f}; lower max_tokens to fit")
+    retry = None
+    if resets_at is not None:
+        text += f"; it resets at {resets_at:%Y-%m-%dT%H:%M:%SZ}"
+        retry = max(1.0, (resets_at - now).total_seconds())
+    return Decision(allowed=False, reason="budget", tripped=f"{budget.scope}:budget",
+                    retry_after=retry, detail=text)
+
+
 class SpendTracker(abc.ABC):
-    async def check(self, budgets: Sequence[Budget]) -> Decision | None:
-        """A rejecting Decision (reason "budget") when any budget is spent, else None."""
-        limited = [b for b in budgets if b.max_usd is not None]
-        if not limited:
-            return None
-        spent = await self._get([b.storage_key for b in limited])
-        if spent is None:
-            return self._store_down_decision()
-        for budget, value in zip(limited, spent):
-            if value >= budget.max_usd:
-                return Decision(allowed=False, reason="budget", tripped=f"{budget.scope}:budget")
-        return None
+    async def reserve(self, budgets: Sequence[Budget], estimate_usd: float,
+                      now: datetime | None = None) -> tuple[BudgetHold | None, Decision | None]:
+        """Hold `estimate_usd` on every budget's counter, or refuse if one cannot take it."""
+        if not budgets:
+            return BudgetHold((), 0.0), None
+        now = now or datetime.now(timezone.utc)
+        counters = [b.counter(now) for b in budgets]
+        result = await self._reserve(counters, max(0.0, estimate_usd))
+        if result is None:  # the store is down
+            return None, self._store_down_decision()
+        index, spent = result
+        if index >= 0:
+            return None, refusal(counters[index], spent, estimate_usd, now)
+        return BudgetHold(tuple(c.key for c in counters), max(0.0, estimate_usd)), None
 
-    async def record(self, budgets: Sequence[Budget], usd: float) -> None:
-        """Add `usd` to every subject's spend. Never raises."""
-        if usd > 0 and budgets:
-            await self._add([b.storage_key for b in budgets], usd)
+    async def settle(self, hold: BudgetHold | None, actual_usd: float) -> None:
+        """Swap the held estimate for the real cost (0 releases it). Never raises."""
+        if hold is None or hold.settled or not hold.keys:
+            return
+        hold.settled = True
+        delta = max(0.0, actual_usd) - hold.estimate_usd
+        if delta:
+            await self._add(list(hold.keys), delta)
 
-    async def spent(self, budget: Budget) -> float:
-        values = await self._get([budget.storage_key])
-        return 0.0 if values is None else values[0]
-
-    async def seed(self, budget: Budget, usd: float) -> None:
-        """Set a subject's spend (from the SQL usage table when a gateway starts)."""
-        await self._set(budget.storage_key, usd)
+    async def spent(self, budget: Budget, now: datetime | None = None) -> float:
+        counter = budget.counter(now or datetime.now(timezone.utc))
+        return max(counter.floor, await self._get(counter.key) or 0.0)
 
     def _store_down_decision(self) -> Decision | None:
         return None
@@ -77,73 +143,42 @@ class SpendTracker(abc.ABC):
         pass
 
     @abc.abstractmethod
-    async def _get(self, keys: list[str]) -> list[float] | None: ...
+    async def _reserve(self, counters: list[Counter],
+                       estimate: float) -> tuple[int, float] | None:
+        """(-1, 0) when every counter took the estimate, else (index, spent) of the first
+        that could not; None when the store is unreachable."""
 
     @abc.abstractmethod
     async def _add(self, keys: list[str], usd: float) -> None: ...
 
     @abc.abstractmethod
-    async def _set(self, key: str, usd: float) -> None: ...
+    async def _get(self, key: str) -> float | None: ...
+
+
+def over_budget(budget: Budget, spent: float, estimate: float) -> bool:
+    limit = budget.max_usd
+    return limit is not None and (spent >= limit or spent + estimate > limit)
 
 
 class InMemorySpendTracker(SpendTracker):
+    """One gateway's counters; reserve runs without an await, so it is atomic in the loop."""
+
     def __init__(self) -> None:
         self._spend: dict[str, float] = {}
 
-    async def _get(self, keys: list[str]) -> list[float]:
-        return [self._spend.get(k, 0.0) for k in keys]
+    async def _reserve(self, counters: list[Counter], estimate: float) -> tuple[int, float]:
+        spent = [max(c.floor, self._spend.get(c.key, 0.0)) for c in counters]
+        for i, (c, value) in enumerate(zip(counters, spent)):
+            if over_budget(c.budget, value, estimate):
+                return i, value
+        for c, value in zip(counters, spent):
+            self._spend[c.key] = value + estimate
+        return -1, 0.0
 
     async def _add(self, keys: list[str], usd: float) -> None:
         for key in keys:
-            self._spend[key] = self._spend.get(key, 0.0) + usd
+            if key in self._spend:
+                self._spend[key] += usd
 
-    async def _set(self, key: str, usd: float) -> None:
-        self._spend[key] = usd
-
-
-class RedisSpendTracker(SpendTracker):
-    """Spend shared by replicas (INCRBYFLOAT). Redis down: fail_open lets requests through,
-    fail_closed rejects with reason "unavailable"; spend recorded during the outage is lost."""
-
-    def __init__(self, client: aioredis.Redis | str, prefix: str = "inferplane:{rl}:",
-                 fail_mode: FailMode = "fail_open") -> None:
-        self.fail_mode = check_fail_mode(fail_mode)
-        self._owns_client = isinstance(client, str)
-        self.redis = make_client(client) if isinstance(client, str) else client
-        self.prefix = prefix
-        self.outage = OutageLog("budget tracker", self.fail_mode)
-
-    async def _get(self, keys: list[str]) -> list[float] | None:
-        try:
-            values = await self.redis.mget([self.prefix + k for k in keys])
-        except STORE_ERRORS as exc:
-            self.outage.failed(exc)
-            return None
-        self.outage.succeeded()
-        return [float(v) if v is not None else 0.0 for v in values]
-
-    async def _add(self, keys: list[str], usd: float) -> None:
-        try:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                for key in keys:
-                    pipe.incrbyfloat(self.prefix + key, usd)
-                await pipe.execute()
-        except STORE_ERRORS as exc:
-            self.outage.failed(exc)
-            return
-        self.outage.succeeded()
-
-    async def _set(self, key: str, usd: float) -> None:
-        try:
-            await self.redis.set(self.prefix + key, repr(float(usd)))
-        except STORE_ERRORS as exc:
-            self.outage.failed(exc)
-
-    def _store_down_decision(self) -> Decision | None:
-        if self.fail_mode == "fail_open":
-            return None
-        return Decision(allowed=False, reason="unavailable", tripped="store", retry_after=1.0)
-
-    async def close(self) -> None:
-        if self._owns_client:
-            await self.redis.aclose()
+    async def _get(self, key: str) -> float | None:
+        return self._spend.get(key)

@@ -79,11 +79,14 @@ class Decision:
     tripped: str | None = None
     retry_after: float | None = None
     counters: list[CounterState] = field(default_factory=list)
+    detail: str | None = None  # a full message, when the limit has more to say
 
     @property
     def message(self) -> str:
         if self.allowed:
             return "ok"
+        if self.detail:
+            return self.detail
         if self.reason == "too_large":
             return f"request needs more tokens than the {self.tripped} limit allows in a minute"
         if self.reason == "budget":

@@ -36,9 +36,10 @@ async def test_key_secret_is_shown_once_and_works_at_once(env):
     h = env.auth("admin")
     r = await env.client.post("/admin/v1/keys", headers=h, json={
         "name": "ci", "role": "operator", "team": "ml", "models": ["chat"], "rpm_limit": 60,
-        "priority": "batch", "expires_in_s": 3600})
+        "priority": "batch", "expires_in_s": 3600, "max_budget": 25, "budget_period": "week"})
     assert r.status_code == 201, r.text
     created = r.json()
+    assert created["budget_period"] == "week" and created["max_budget"] == 25
     secret, key_id = created["secret"], created["id"]
     assert secret.startswith("ip-") and created["prefix"] == secret[:len(created["prefix"])]
     assert "key_hash" not in created
@@ -90,12 +91,18 @@ async def test_team_crud(env):
     r = await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml", "rpm_limit": 100})
     assert r.status_code == 201 and env.source.current.teams["ml"].rpm_limit == 100
     r = await env.client.patch("/admin/v1/teams/ml", headers={**h, "If-Match": '"1"'},
-                               json={"tpm_limit": 5000, "max_budget": 12.5})
+                               json={"tpm_limit": 5000, "max_budget": 12.5,
+                                     "budget_period": "month"})
     assert r.status_code == 200 and r.json()["tpm_limit"] == 5000
-    assert env.source.current.teams["ml"].max_budget == 12.5
+    assert r.json()["budget_period"] == "month"
+    team = env.source.current.teams["ml"]
+    assert team.max_budget == 12.5 and team.budget_period == "month"
     r = await env.client.patch("/admin/v1/teams/ml", headers={**h, "If-Match": '"1"'},
                                json={"rpm_limit": 1})
     assert r.status_code == 409
+    r = await env.client.patch("/admin/v1/teams/ml", headers=h, json={"budget_period": "year"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "budget_period"
+    assert "hour" in r.json()["error"]["message"]
     assert (await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml"})).status_code == 409
     assert (await env.client.delete("/admin/v1/teams/ml", headers=h)).status_code == 204
     assert (await env.client.get("/admin/v1/teams/ml", headers=h)).status_code == 404

@@ -106,10 +106,11 @@ def model(name: str, backends, context_length: int = 4096, routing: str = "round
 
 
 def key(name: str, role: str = "user", models=None, revoked=False, expires_at=None,
-        rpm=None, tpm=None, team="team-a") -> KeyView:
+        rpm=None, tpm=None, team="team-a", max_budget=None, budget_period=None) -> KeyView:
     return KeyView(key_id=abs(hash(name)) % 10_000, key_hash=hash_key(KEYS[name]), name=name,
                    team=team, role=role, models=models, rpm_limit=rpm, tpm_limit=tpm,
-                   max_budget=None, priority="standard", expires_at=expires_at, revoked=revoked)
+                   max_budget=max_budget, priority="standard", expires_at=expires_at,
+                   revoked=revoked, budget_period=budget_period)
 
 
 def default_keys() -> dict:

@@ -103,3 +103,21 @@ def test_rate_limit_is_429_with_retry_after(make_gateway, engines):
     assert codes == [200, 200]
     assert_openai_error(r, 429, code="rate_limit_exceeded")
     assert int(r.headers["retry-after"]) >= 1
+
+
+def test_budget_refuses_a_request_whose_worst_case_does_not_fit(make_gateway, engines):
+    from tests.gateway.conftest import default_keys, key
+    keys = default_keys()
+    limited = key("user", max_budget=0.2, budget_period="day")
+    keys[limited.key_hash] = limited
+    priced = model("m", [backend(engines[0])], price_in=1.0, price_out=1.0)  # $ per 1k tokens
+    gw = make_gateway([priced], keys=keys)
+    with gw.client() as c:
+        r = c.post("/v1/chat/completions", json=chat_body(max_tokens=1000))
+        ok = c.post("/v1/chat/completions", json=chat_body(max_tokens=10))
+    error = assert_openai_error(r, 429, code="budget_exceeded")
+    assert "key budget ($0.20 per day) has $0.2000 left" in error["message"]
+    assert "may cost up to $1.00" in error["message"] and "resets at" in error["message"]
+    assert int(r.headers["retry-after"]) >= 1
+    assert ok.status_code == 200
+    assert engines[0].stats()["requests"] == 1  # the refused request never reached the engine
