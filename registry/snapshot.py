@@ -4,14 +4,15 @@ The gateway never queries SQL on a request; it reads `snapshot_source.current`, 
 control plane rebuilds (build_snapshot) whenever registry_state.version changes.
 
 Name resolution: a request's `model` is either a model name (traffic follows the model's
-`splits`) or "<model>:<alias>" listed in `aliases` (pinned to the alias's version).
+`splits`, i.e. the `default` alias) or "<model>:<alias>" listed in `aliases` (pinned to the
+alias's version, or split between stable and candidate while a rollout moves that alias).
 `RoutingSnapshot.resolve()` implements both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -62,6 +63,8 @@ class ModelView:
     splits: tuple[SplitView, ...]  # empty: no version split, every backend serves the model
     aliases: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # alias → version label
     adapters: tuple[str, ...] = ()
+    # splits of "<model>:<alias>" requests for an alias a rollout is moving
+    alias_splits: Mapping[str, tuple[SplitView, ...]] = field(default_factory=lambda: EMPTY)
 
     def backends_for(self, version: str | None) -> tuple[BackendView, ...]:
         if version is None:
@@ -114,7 +117,11 @@ class RoutingSnapshot:
         if target is None or target not in self.models:
             return None
         model = self.models[target]
-        return model, model.aliases.get(requested.split(":", 1)[1])
+        alias = requested.split(":", 1)[1]
+        splits = model.alias_splits.get(alias)
+        if splits is not None:  # under a rollout: the split decides, as for plain names
+            return replace(model, splits=splits), None
+        return model, model.aliases.get(alias)
 
     @classmethod
     def empty(cls) -> RoutingSnapshot:
@@ -130,12 +137,21 @@ def _backend_view(backend: Backend) -> BackendView:
         version=backend.version.label if backend.version else None, managed=backend.managed)
 
 
-def _splits(model: Model, aliases: Mapping[str, str]) -> tuple[SplitView, ...]:
+def _traffic(model: Model, aliases: Mapping[str, str]
+             ) -> tuple[tuple[SplitView, ...], dict[str, tuple[SplitView, ...]]]:
+    """(splits of plain model-name requests, {alias: splits} for the alias a rollout moves)."""
     base = aliases.get(DEFAULT_ALIAS)
+    plain = (SplitView(base, 1.0),) if base else ()
     rollout = next((r for r in model.rollouts if r.state in ACTIVE_ROLLOUT_STATES), None)
     if rollout is None:
-        return (SplitView(base, 1.0),) if base else ()
-    stable = rollout.from_version.label if rollout.from_version else base
+        return plain, {}
+    alias = rollout.spec.get("alias", DEFAULT_ALIAS)
+    stable = rollout.from_version.label if rollout.from_version else aliases.get(alias)
+    splits = _rollout_splits(rollout, stable)
+    return (splits if alias == DEFAULT_ALIAS else plain), {alias: splits}
+
+
+def _rollout_splits(rollout: Rollout, stable: str | None) -> tuple[SplitView, ...]:
     candidate = rollout.to_version.label
     weight = min(max(rollout.weight, 0.0), 1.0)
     if rollout.spec.get("mode") == "shadow":
@@ -148,13 +164,15 @@ def _splits(model: Model, aliases: Mapping[str, str]) -> tuple[SplitView, ...]:
 
 def _model_view(model: Model) -> ModelView:
     aliases = {a.name: a.version.label for a in model.aliases}
+    splits, alias_splits = _traffic(model, aliases)
     return ModelView(
         name=model.name, context_length=model.context_length,
         backends=tuple(_backend_view(b) for b in sorted(model.backends, key=lambda b: b.id)),
         routing=model.routing, fallbacks=tuple(model.fallbacks or ()), tier=model.tier,
         price_in_per_1k=model.price_in_per_1k, price_out_per_1k=model.price_out_per_1k,
-        splits=_splits(model, aliases), aliases=MappingProxyType(aliases),
-        adapters=tuple(sorted(a.name for a in model.adapters)))
+        splits=splits, aliases=MappingProxyType(aliases),
+        adapters=tuple(sorted(a.name for a in model.adapters)),
+        alias_splits=MappingProxyType(alias_splits))
 
 
 def _key_view(key: ApiKey) -> KeyView:

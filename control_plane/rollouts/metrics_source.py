@@ -161,7 +161,8 @@ def parse_metrics(text: str, taken_at: float | None = None) -> Scrape:
 def _absorb(scrape: Scrape, name: str, labels: dict[str, str], value: float) -> None:
     if "model" not in labels:
         return
-    key = (labels["model"], labels.get("version", ""))
+    # "<model>:<alias>" traffic counts for its model: a version is judged on all it served
+    key = (labels["model"].split(":", 1)[0], labels.get("version", ""))
     if name == REQUESTS:
         counts = scrape.series.setdefault(key, VersionCounts())
         counts.requests += value

@@ -17,7 +17,6 @@ from registry.errors import ConflictError, NotFoundError
 from registry.models import Alias, Backend, Model, ModelVersion, Rollout
 from registry.queries import get_model
 from registry.serialize import as_utc
-from registry.snapshot import DEFAULT_ALIAS
 
 from .spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
 from .transitions import enter, phase_of, spec_of, status_of
@@ -59,10 +58,6 @@ def create(session: Session, body: RolloutCreate, now: float) -> Rollout:
         raise _unprocessable(f"model '{model.name}' has no alias '{body.alias}'; a rollout "
                              f"moves an existing alias (create it with PUT "
                              f"/admin/v1/models/{model.name}/aliases/{body.alias})", "alias")
-    if body.alias != DEFAULT_ALIAS:  # traffic splits apply to plain model-name requests only
-        raise _unprocessable(f"rollouts move the '{DEFAULT_ALIAS}' alias (the one requests for "
-                             f"'{model.name}' follow); requests for '{model.name}:{body.alias}' "
-                             f"stay pinned to its version", "alias")
     candidate = _version(session, model, body.candidate_version)
     if candidate.id == alias.version_id:
         raise _unprocessable(f"alias '{body.alias}' already serves version "

@@ -226,3 +226,33 @@ async def test_run_drives_rollouts_as_a_background_task(sessions, traffic):
         task.cancel()
     assert view(sessions, rid)["state"] == "succeeded" and changed.is_set()
     assert alias_version(sessions) == "v2"
+
+
+async def test_a_rollout_on_another_alias_splits_only_that_alias(
+        sessions, controller, clock, traffic):
+    with sessions.begin() as s:
+        q.set_alias(s, q.get_model(s, MODEL), "prod", "v1", "test")
+    rid = start(sessions, clock, alias="prod", steps=[{"weight": 0.2, "pause_s": 60}],
+                analysis=ANALYSIS, warm_delay_s=0)
+    await controller.tick()
+    with sessions() as s:
+        snapshot = build_snapshot(s)
+    prod_view, pinned = snapshot.resolve(f"{MODEL}:prod")
+    assert pinned is None and prod_view.splits == (SplitView("v1", 0.8), SplitView("v2", 0.2))
+    plain_view, _ = snapshot.resolve(MODEL)
+    assert plain_view.splits == (SplitView("v1", 1.0),)  # plain names follow 'default'
+    assert snapshot.resolve(f"{MODEL}:default") == (plain_view, "v1")
+
+    await controller.tick()  # baseline scrape
+    # the gateway labels this traffic with the requested name, alias included
+    traffic.send("v1", 40, model=f"{MODEL}:prod")
+    traffic.send("v2", 40, model=f"{MODEL}:prod")
+    clock.advance(60)
+    await controller.tick()
+    r = view(sessions, rid)
+    assert r["measurements"][0]["result"]["candidate_requests"] == 40
+    assert r["state"] in ("promoting", "succeeded")
+    with sessions() as s:
+        model = q.get_model(s, MODEL)
+        assert q.get_alias(s, model, "prod").version.label == "v2"
+        assert q.get_alias(s, model, "default").version.label == "v1"
