@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .sampling_params import SamplingParams
 
@@ -90,6 +90,18 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    # vLLM's extensions: continue_final_message extends the last (assistant) message in place
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+    @model_validator(mode="after")
+    def _continuation(self) -> "ChatCompletionRequest":
+        if self.continue_final_message:
+            if self.add_generation_prompt:
+                raise ValueError("continue_final_message needs add_generation_prompt=false")
+            if self.messages[-1].role != "assistant":
+                raise ValueError("continue_final_message needs a final assistant message")
+        return self
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -50,10 +50,16 @@ class EngineService:
 
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        generation_prompt = body.add_generation_prompt
+        if body.continue_final_message and not messages[-1]["content"]:
+            messages, generation_prompt = messages[:-1], True  # nothing to extend yet
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=generation_prompt)
         except Exception as exc:  # a template may reject a conversation (e.g. role order)
             raise EngineError(400, f"chat template rejected the messages: {exc}", "messages")
+        if body.continue_final_message and not generation_prompt:
+            text = _cut_after_final(text, messages[-1]["content"])
         return self.tokenizer.encode(text)
 
     def adapter_of(self, model: str | None) -> tuple[str | None, bytes | None]:
@@ -215,3 +221,13 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
         return engine.stats()
 
     return app
+
+
+def _cut_after_final(text: str, final: str) -> str:
+    """The rendered conversation up to the end of the final message's text, so generation
+    continues that message instead of closing it (vLLM does the same)."""
+    end = text.rfind(final)
+    if end < 0:
+        raise EngineError(400, "continue_final_message: the chat template does not keep the "
+                          "final message's text", "messages")
+    return text[:end + len(final)]

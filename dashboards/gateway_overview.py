@@ -101,11 +101,14 @@ def backend_panels() -> list[dict]:
                    "backends, by kind.", "ops",
                    [target(rate_sum("inferplane_upstream_errors_total", "backend, kind"),
                            "{{backend}} {{kind}}")]),
-        timeseries("Retries and fallbacks", "Requests retried on another backend and requests "
-                   "served by a fallback model.", "ops",
+        timeseries("Retries, fallbacks and resumed streams", "Requests retried on another "
+                   "backend, requests served by a fallback model, and streams continued on "
+                   "another backend after theirs failed mid-way.", "ops",
                    [target(rate_sum("inferplane_retries_total", "model"), "retries {{model}}"),
                     target(rate_sum("inferplane_fallbacks_total", "model"),
-                           "fallbacks {{model}}")]),
+                           "fallbacks {{model}}"),
+                    target(rate_sum("inferplane_stream_resumes_total", "model"),
+                           "resumed {{model}}")]),
         timeseries("Circuit breaker state", "0 closed, 1 half-open, 2 open.", "none",
                    [target(f"max by (backend) (inferplane_circuit_breaker_state{{{SEL_NO_MODEL}}})",
                            "{{backend}}")], min_value=0, max_value=2,

@@ -59,6 +59,9 @@ class GatewayMetrics:
         self.spend = Counter("inferplane_spend_usd", "Spend in USD", ["model", "team"], registry=r)
         self.backend_healthy = Gauge("inferplane_backend_healthy", "1 when routable",
                                      ["model", "backend"], registry=r)
+        self.stream_resumes = Counter("inferplane_stream_resumes_total",
+                                      "Streams continued on another backend mid-way",
+                                      ["model", "kind"], registry=r)
         self.retries = Counter("inferplane_retries_total", "Retries on another backend",
                                ["model"], registry=r)
         self.fallbacks = Counter("inferplane_fallbacks_total", "Requests served by a fallback",

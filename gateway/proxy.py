@@ -18,6 +18,7 @@ from gateway.admission import QueueFull, QueueTimeout
 from gateway.errors import OpenAIError, error_from_upstream
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
 from gateway.resolve import choose_version, model_not_found, resolve_model
+from gateway.resume import can_continue, continuation_body, may_resume
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
@@ -216,7 +217,8 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
                 m.fallbacks.labels(call.requested).inc()
             tried.add(backend.id)
             try:
-                return await _try_backend(request, state, call, target, backend, attempt)
+                return await _try_backend(request, state, call, target, backend, attempt,
+                                          backends, tried)
             except EngineError as exc:
                 call.acct.upstream_error(backend, exc.kind)
                 if not exc.retryable:
@@ -231,8 +233,8 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
                       code=last_error.kind)
 
 
-def _upstream_body(call: Call, backend) -> dict:
-    body = dict(call.body)
+def _upstream_body(call: Call, backend, client_body: dict) -> dict:
+    body = dict(client_body)
     body["model"] = call.adapter or backend.served_model
     if body.get("max_completion_tokens") and not body.get("max_tokens"):
         body["max_tokens"] = body["max_completion_tokens"]  # engines that predate the new name
@@ -243,20 +245,23 @@ def _upstream_body(call: Call, backend) -> dict:
     return body
 
 
-async def _try_backend(request: Request, state: GatewayState, call: Call, model_view,
-                       backend, attempt: int = 0) -> Response:
+async def _call_backend(state: GatewayState, call: Call, model_view, backend, body: dict,
+                        attempt: int):
+    """Start `body` on `backend` (breaker permit, accounting, trace span); the engine's
+    result, or EngineError."""
     permit = state.breaker.get(backend.id).try_acquire()
     if permit is None:  # lost the race for a half-open probe
         raise EngineError("breaker_open", f"backend {backend.id} is not accepting requests")
     adapter = state.adapters.get(backend)
-    upstream = _upstream_body(call, backend)
+    upstream = _upstream_body(call, backend, body)
+    call.acct.unbind()
     call.acct.permit = permit
     call.acct.bind(model_view, backend)
     method = adapter.chat if call.kind == "chat" else adapter.completions
     span = call.acct.upstream = UpstreamTrace(backend, attempt)
     try:
         with span.sending():
-            result = await _race_disconnect(request, method(upstream))
+            return await method(upstream)
     except EngineError as exc:
         span.fail(exc.kind, exc.message)
         call.acct.unbind()
@@ -265,15 +270,27 @@ async def _try_backend(request: Request, state: GatewayState, call: Call, model_
         span.end(CLIENT_CLOSED)
         call.acct.unbind()
         raise
+
+
+def _rename(call: Call, backend) -> tuple[bytes, bytes] | None:
+    served = call.adapter or backend.served_model
+    return None if served == call.requested else (
+        f'"model":"{served}"'.encode(), f'"model":"{call.requested}"'.encode())
+
+
+async def _try_backend(request: Request, state: GatewayState, call: Call, model_view,
+                       backend, attempt: int = 0, backends=(), tried=None) -> Response:
+    result = await _race_disconnect(request, _call_backend(state, call, model_view, backend,
+                                                           call.body, attempt))
     if call.stream:
-        span.streaming()
+        call.acct.upstream.streaming()
         call.acct.upstream_ok()   # the engine produced a first token: count it healthy
         call.acct.first_token()
-        served = upstream["model"]
-        rename = None if served == call.requested else (
-            f'"model":"{served}"'.encode(), f'"model":"{call.requested}"'.encode())
-        return SSEResponse(relay_stream(result, call.acct, call.client_wants_usage, rename),
-                           headers=SSE_HEADERS)
+        resume = None
+        if may_resume(state.settings.resume_streams, call.kind, call.body):
+            resume = _resumer(state, call, model_view, backends, tried or {backend.id})
+        return SSEResponse(relay_stream(result, call.acct, call.client_wants_usage,
+                                        _rename(call, backend), resume), headers=SSE_HEADERS)
     text = chat_text if call.kind == "chat" else completion_text
     content = finish_json(result, call.acct, call.requested, text)
     if call.acct.text_parts is not None:
@@ -281,6 +298,33 @@ async def _try_backend(request: Request, state: GatewayState, call: Call, model_
     call.acct.upstream_ok()
     call.acct.finish(200)
     return Response(content, media_type="application/json")
+
+
+def _resumer(state: GatewayState, call: Call, model_view, backends, tried: set[str]):
+    """The relay's way to continue a broken stream on another backend of the same version."""
+    candidates = [b for b in backends if can_continue(call.kind, b)]
+
+    async def resume(sent_text: str, sent_tokens: int, error: EngineError):
+        body = continuation_body(call.kind, call.body, sent_text, sent_tokens)
+        if body is None:
+            return None
+        for attempt in range(1, state.settings.retries + 1):
+            backend = state.router.pick(model_view, candidates, call.ctx, tried)
+            if backend is None:
+                return None
+            tried.add(backend.id)
+            try:
+                stream = await _call_backend(state, call, model_view, backend, body, attempt)
+            except EngineError as exc:
+                call.acct.upstream_error(backend, exc.kind)
+                continue
+            call.acct.upstream.streaming()
+            call.acct.upstream_ok()
+            state.metrics.stream_resumes.labels(call.requested, error.kind).inc()
+            return stream, _rename(call, backend)
+        return None
+
+    return resume
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -3,13 +3,13 @@
 Streams are forwarded without re-serialising, events that arrived together in one write; only
 events carrying usage are parsed (to account tokens, and to drop the usage chunk when the client
 did not ask for it; the gateway always asks the engine for it). A stream that breaks mid-way
-ends with an OpenAI error event and `data: [DONE]`, so clients never hang on a half-finished
-stream.
+continues on another backend when the request allows it (see gateway/resume.py), else ends with
+an OpenAI error event and `data: [DONE]`, so clients never hang on a half-finished stream.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 import orjson
 
@@ -43,82 +43,133 @@ def payload(event: bytes) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _usage_event(event: bytes, acct: Accounting, client_wants_usage: bool) -> bytes | None:
-    """Account the usage in `event`; what to forward (None drops a usage-only chunk)."""
-    data = payload(event)
-    if data is None:
-        return event
-    acct.usage(data.get("usage"))
-    if client_wants_usage:
-        return event
-    if not data.get("choices"):
-        return None
-    data.pop("usage", None)
-    return b"data: " + orjson.dumps(data) + b"\n\n"
+class _Relay:
+    """Per-stream relay state: what to forward for each upstream event, and (when the stream
+    may be resumed elsewhere) the text the client already has."""
 
+    def __init__(self, acct: Accounting, client_wants_usage: bool,
+                 rename: tuple[bytes, bytes] | None, track_text: bool):
+        self.acct = acct
+        self.client_wants_usage = client_wants_usage
+        self.rename = rename
+        self.sent: list[str] | None = [] if track_text else None
+        self.sent_tokens = 0     # content chunks delivered (one token each on most engines)
+        self.carried = 0         # tokens delivered before the current upstream took over
+        self.saw_done = False
 
-def _relay_event(event: bytes, acct: Accounting, client_wants_usage: bool,
-                 rename: tuple[bytes, bytes] | None) -> bytes | None:
-    """What to forward for one upstream event: DONE (itself) at the end, None to drop it."""
-    if is_done(event):
-        return DONE
-    if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
-        acct.status = 502
-    elif _has_usage(event):
-        event = _usage_event(event, acct, client_wants_usage)
-        if event is None:
+    def continue_on(self, stream_rename: tuple[bytes, bytes] | None) -> None:
+        self.rename = stream_rename
+        self.carried = self.sent_tokens
+
+    def sent_text(self) -> str:
+        return "".join(self.sent or ())
+
+    def event(self, event: bytes) -> bytes | None:
+        """What to forward for one upstream event: DONE (itself) at the end, None to drop it."""
+        acct = self.acct
+        if is_done(event):
+            return DONE
+        if event.startswith(b"data: {\"error\"") or event.startswith(b"data:{\"error\""):
+            acct.status = 502
+        elif _has_usage(event):
+            event = self._usage_event(event)
+            if event is None:
+                return None
+        else:
+            if self.sent is not None or acct.text_parts is not None:
+                text = delta_text(payload(event))
+                if self.carried and not text and b'"finish_reason":null' in event:
+                    return None  # the continuation's opening role chunk: the client had one
+                if self.sent is not None and text:
+                    self.sent.append(text)
+                    self.sent_tokens += 1
+                if acct.text_parts is not None:
+                    acct.text_parts.append(text)
+            acct.chunk()
+        if self.rename is not None:
+            event = event.replace(self.rename[0], self.rename[1], 1)
+        return event
+
+    def _usage_event(self, event: bytes) -> bytes | None:
+        """Account the usage in `event`; what to forward (None drops a usage-only chunk)."""
+        data = payload(event)
+        if data is None:
+            return event
+        usage = data.get("usage")
+        if self.carried and isinstance(usage, dict):
+            # A continuation's prompt holds the text sent before it: count that as completion.
+            usage = dict(usage, prompt_tokens=max(0, (usage.get("prompt_tokens") or 0)
+                                                  - self.carried),
+                         completion_tokens=(usage.get("completion_tokens") or 0) + self.carried)
+            data["usage"] = usage
+            event = b"data: " + orjson.dumps(data) + b"\n\n"
+        self.acct.usage(usage)
+        if self.client_wants_usage:
+            return event
+        if not data.get("choices"):
             return None
-    else:
-        acct.chunk()
-        if acct.text_parts is not None:
-            acct.text_parts.append(delta_text(payload(event)))
-    if rename is not None:
-        event = event.replace(rename[0], rename[1], 1)
-    return event
+        data.pop("usage", None)
+        return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
-async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usage: bool,
-                       rename: tuple[bytes, bytes] | None) -> AsyncIterator[bytes]:
+async def _batches(stream: EngineStream, relay: _Relay) -> AsyncIterator[bytes]:
     # Events that arrived together leave in one write: each client send crosses the whole
     # ASGI middleware stack, and a stream's events often come in a single upstream read.
     ready = getattr(stream, "ready_events", None)
-    saw_done = False
-    try:
-        async for event in stream:
-            out = _relay_event(event, acct, client_wants_usage, rename)
-            if out is DONE:
-                saw_done = True
-                break
-            batch = [] if out is None else [out]
+    async for event in stream:
+        out = relay.event(event)
+        batch = [] if out is None or out is DONE else [out]
+        if out is not DONE:
             for more in ready() if ready is not None else ():
-                out = _relay_event(more, acct, client_wants_usage, rename)
+                out = relay.event(more)
                 if out is DONE:
-                    saw_done = True
                     break
                 if out is not None:
                     batch.append(out)
-            if saw_done:
-                acct.upstream_ok()
-                batch.append(DONE)
-                yield b"".join(batch)
-                return
-            if batch:
-                yield batch[0] if len(batch) == 1 else b"".join(batch)
-        if not saw_done:
-            raise EngineError("protocol", "upstream stream ended before [DONE]")
-        acct.upstream_ok()
-        yield DONE
-    except EngineError as exc:
-        acct.status = 504 if exc.kind == "timeout" else 502
-        acct.upstream_error(acct.backend, exc.kind)
-        yield error_event(f"the model backend failed mid-stream: {exc.message}",
-                          code=exc.kind)
-        yield DONE
+        if out is DONE:
+            relay.saw_done = True
+            relay.acct.upstream_ok()
+            batch.append(DONE)
+            yield b"".join(batch)
+            return
+        if batch:
+            yield batch[0] if len(batch) == 1 else b"".join(batch)
+    raise EngineError("protocol", "upstream stream ended before [DONE]")
+
+
+Resume = Callable[[str, int, EngineError],
+                  Awaitable["tuple[EngineStream, tuple[bytes, bytes] | None] | None"]]
+
+
+async def relay_stream(stream: EngineStream, acct: Accounting, client_wants_usage: bool,
+                       rename: tuple[bytes, bytes] | None,
+                       resume: Resume | None = None) -> AsyncIterator[bytes]:
+    """`resume(sent_text, sent_tokens, error)` may continue a broken stream on another
+    backend; without it (or when it returns None) the stream ends with an error event."""
+    relay = _Relay(acct, client_wants_usage, rename, track_text=resume is not None)
+    try:
+        while not relay.saw_done:
+            try:
+                async for batch in _batches(stream, relay):
+                    yield batch
+            except EngineError as exc:
+                acct.upstream_error(acct.backend, exc.kind)
+                resumed = None if resume is None else await resume(
+                    relay.sent_text(), relay.sent_tokens, exc)
+                if resumed is None:
+                    acct.status = 504 if exc.kind == "timeout" else 502
+                    yield error_event(f"the model backend failed mid-stream: {exc.message}",
+                                      code=exc.kind)
+                    yield DONE
+                    return
+                await stream.aclose()
+                stream, stream_rename = resumed
+                relay.continue_on(stream_rename)
     except (asyncio.CancelledError, GeneratorExit):
         acct.status = CLIENT_CLOSED
         raise
     finally:
-        if saw_done:
+        if relay.saw_done:
             # The client's answer is complete: end it now and let the upstream connection
             # drain its last bytes back into the pool off the client's clock.
             _close_later(stream)

@@ -92,6 +92,8 @@ class GatewaySettings(_Section):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     retries: int = Field(2, ge=0)      # extra backends tried before the first byte is sent
+    # a stream broken mid-way continues on another backend: off | greedy (temperature 0) | always
+    resume_streams: Literal["off", "greedy", "always"] = "greedy"
     redis_url: str | None = None       # None = in-memory limits and indexes
     jwt: JWTSettings = Field(default_factory=JWTSettings)
     limits: LimitDefaults = Field(default_factory=LimitDefaults)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from registry.errors import ConflictError, InvalidError, NotFoundError
@@ -121,6 +121,15 @@ def record_usage(session: Session, records: Iterable[UsageRecord]) -> int:
     return count
 
 
+def spend_since(session: Session, since: datetime, *, key_id: int | None = None,
+                team: str | None = None) -> float:
+    """USD recorded in usage buckets from `since` on, for one key or one team."""
+    query = select(func.coalesce(func.sum(Usage.cost), 0.0)).where(Usage.bucket_start >= since)
+    query = query.where(Usage.key_id == key_id) if key_id is not None else \
+        query.where(Usage.team == team)
+    return float(session.scalar(query))
+
+
 def _charge(session: Session, rec: UsageRecord) -> None:
     # SQL-side increments: spend is also charged by other gateway replicas concurrently.
     if not rec.cost:
@@ -136,4 +145,4 @@ def _charge(session: Session, rec: UsageRecord) -> None:
 
 
 __all__ = ["KEY_PREFIX", "UsageRecord", "create_key", "create_team", "get_key", "get_team",
-           "record_usage", "revoke_key", "rotate_key"]
+           "record_usage", "revoke_key", "rotate_key", "spend_since"]

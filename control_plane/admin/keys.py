@@ -14,6 +14,7 @@ from gateway.auth import Principal
 from registry.access_queries import create_key, get_key, revoke_key, rotate_key
 from registry.models import ApiKey
 
+from .budget_status import budget_status
 from .common import BudgetPeriod, patch_row, AdminContext, Body, Page, PageDep, Patch, admin, \
     image, paginate, with_etag
 
@@ -101,7 +102,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         with ctx.read() as session:
             key = get_key(session, key_id)
             with_etag(response, key)
-            return render(key)
+            return {**render(key), "budget": budget_status(session, key, key_id=key.id)}
 
     @router.patch("/{key_id}")
     def update(key_id: int, body: KeyPatch, request: Request, response: Response,

@@ -10,6 +10,7 @@ from gateway.auth import Principal
 from registry.access_queries import create_team, get_team
 from registry.models import ApiKey, Team
 
+from .budget_status import budget_status
 from .common import BudgetPeriod, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
     image, paginate, with_etag
 
@@ -54,7 +55,8 @@ def build_router(ctx: AdminContext) -> APIRouter:
             keys = session.scalar(select(func.count()).where(
                 ApiKey.team == name, ApiKey.revoked_at.is_(None)))
             with_etag(response, team)
-            return image(team, active_keys=keys)
+            return image(team, active_keys=keys,
+                         budget=budget_status(session, team, team=team.name))
 
     @router.patch("/{name}")
     def update(name: str, body: TeamPatch, request: Request, response: Response,

@@ -106,3 +106,33 @@ async def test_team_crud(env):
     assert (await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml"})).status_code == 409
     assert (await env.client.delete("/admin/v1/teams/ml", headers=h)).status_code == 204
     assert (await env.client.get("/admin/v1/teams/ml", headers=h)).status_code == 404
+
+
+async def test_key_and_team_views_report_the_current_period_spend(env):
+    from datetime import datetime, timedelta, timezone
+
+    from gateway.limits import period_bounds
+    from registry.access_queries import UsageRecord, record_usage
+
+    h = env.auth("admin")
+    await env.client.post("/admin/v1/teams", headers=h, json={
+        "name": "ops", "max_budget": 100, "budget_period": "month"})
+    r = await env.client.post("/admin/v1/keys", headers=h, json={
+        "name": "daily", "team": "ops", "max_budget": 2.0, "budget_period": "day"})
+    key_id = r.json()["id"]
+    today, _ = period_bounds("day", datetime.now(timezone.utc))
+    with env.sessions.begin() as s:
+        record_usage(s, [UsageRecord(today + timedelta(minutes=5), key_id, "ops", "m", cost=0.5),
+                         UsageRecord(today - timedelta(minutes=5), key_id, "ops", "m", cost=9.0)])
+    budget = (await env.client.get(f"/admin/v1/keys/{key_id}", headers=h)).json()["budget"]
+    assert budget["period"] == "day" and budget["spent_usd"] == 0.5  # yesterday's 9.0 is out
+    assert budget["remaining_usd"] == 1.5
+    assert budget["resets_at"] == (today + timedelta(days=1)).isoformat()
+    team = (await env.client.get("/admin/v1/teams/ops", headers=h)).json()["budget"]
+    month_start, _ = period_bounds("month", datetime.now(timezone.utc))
+    expected = 0.5 + (9.0 if today - timedelta(minutes=5) >= month_start else 0.0)
+    assert team["spent_usd"] == expected and team["max_usd"] == 100
+    lifetime = (await env.client.post("/admin/v1/keys", headers=h, json={"name": "life"})).json()
+    view = (await env.client.get(f"/admin/v1/keys/{lifetime['id']}", headers=h)).json()
+    assert view["budget"] == {"max_usd": None, "period": None, "period_start": None,
+                              "resets_at": None, "spent_usd": 0.0, "remaining_usd": None}

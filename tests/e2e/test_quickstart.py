@@ -58,6 +58,25 @@ def test_openai_client_answers_paris_streamed_and_not(client):
     assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
 
 
+def test_continue_final_message_extends_a_partial_answer(client):
+    """vLLM's continuation extension: greedy text cut anywhere and continued is the same text
+    (what a gateway resuming a broken stream relies on)."""
+    args = dict(model=MODEL, temperature=0)
+    whole = client.chat.completions.create(messages=QUESTION, max_tokens=16, **args)
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        messages=QUESTION, max_tokens=16, stream=True, **args) if c.choices]
+    partial = "".join(pieces[:5])
+    rest = client.chat.completions.create(
+        messages=QUESTION + [{"role": "assistant", "content": partial}], max_tokens=11,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False}, **args)
+    assert partial and partial + rest.choices[0].message.content == \
+        whole.choices[0].message.content
+    with pytest.raises(Exception) as refused:  # the engine's 400, relayed
+        client.chat.completions.create(messages=QUESTION, max_tokens=4, extra_body={
+            "continue_final_message": True, "add_generation_prompt": False}, **args)
+    assert "final assistant message" in str(refused.value)
+
+
 def test_completions_and_models(client):
     models = [m.id for m in client.models.list().data]
     assert MODEL in models
