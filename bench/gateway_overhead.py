@@ -2,7 +2,7 @@
 
     python bench/gateway_overhead.py [--rates 100,500,1000] [--duration 10] [--stream both]
         [--max-duration 10] [--connections 64] [--profile DIR] [--profile-rate 500]
-        [--log-level INFO] [--tracing on]
+        [--log-level INFO] [--tracing on] [--gc-freeze on]
 
 Per mode (stream / non-stream) and fixed open-loop rate: the latency the gateway adds at
 P50/P95/P99 (through-gateway percentile minus direct percentile, same generator, same rate)
@@ -12,7 +12,7 @@ connections; apt-get install wrk) or, without wrk, the highest open-loop rate wi
 errors. The mock engine (bench/_mock_engine.py), the gateway and the load generator
 (bench/_http_load.py) are separate processes; on a small machine they share the cores, so the
 figures are an upper bound on what the gateway costs on a core of its own.
---log-level and --tracing set the gateway's settings of those names, to price them.
+--log-level, --tracing and --gc-freeze set the gateway's settings of those names, to price them.
 --profile DIR records the gateway with py-spy during the --profile-rate run and prints its
 hottest functions (pip install py-spy).
 """
@@ -43,7 +43,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool) -> None:
+def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
+                  gc_freeze: bool) -> None:
     """Child process: the gateway app with a static snapshot pointing at the mock engine, served
     the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup)."""
     import logging
@@ -71,7 +72,7 @@ def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool) ->
         current = RoutingSnapshot(version=1, models={"mock": m}, aliases={}, keys={k.key_hash: k})
 
     settings = GatewaySettings(routing={"load_poll_interval_s": 0}, log_level=log_level,
-                               tracing={"enabled": tracing},
+                               tracing={"enabled": tracing}, gc_freeze=gc_freeze,
                                admission={"queue_size": 100_000,
                                           "max_inflight_per_backend": 100_000})
     uvicorn.run(create_gateway_app(settings, Source()), host="127.0.0.1", port=port,
@@ -204,7 +205,8 @@ def run(args) -> list[dict]:
     results = []
     try:
         procs.append(spawn([__file__, "--serve-gateway", str(gateway_port), str(engine_port),
-                            "--log-level", args.log_level, "--tracing", args.tracing],
+                            "--log-level", args.log_level, "--tracing", args.tracing,
+                            "--gc-freeze", args.gc_freeze],
                            f"http://127.0.0.1:{gateway_port}/healthz", logs / "gateway.log"))
         direct = f"http://127.0.0.1:{engine_port}/v1/chat/completions"
         through = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
@@ -249,10 +251,13 @@ def main() -> None:
                         help="the gateway's log level (INFO writes one access line per request)")
     parser.add_argument("--tracing", choices=["on", "off"], default="on",
                         help="the gateway's OpenTelemetry spans (on is the default setting)")
+    parser.add_argument("--gc-freeze", choices=["on", "off"], default="on",
+                        help="freeze start-up objects out of the collector (the default)")
     parser.add_argument("--serve-gateway", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
-        serve_gateway(*args.serve_gateway, args.log_level, args.tracing == "on")
+        serve_gateway(*args.serve_gateway, args.log_level, args.tracing == "on",
+                      args.gc_freeze == "on")
         return
     run(args)
 

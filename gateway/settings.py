@@ -106,3 +106,4 @@ class GatewaySettings(_Section):
     log_prompts: bool = False
     max_connections: int = Field(2048, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    gc_freeze: bool = True             # move start-up objects out of the garbage collector's scans

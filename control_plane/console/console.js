@@ -3,7 +3,8 @@ const views = {
   models: { path: "/admin/v1/models", cols: ["name", "tier", "routing", "context_length", "fallbacks"] },
   backends: { path: "/admin/v1/backends", cols: ["id", "model", "url", "engine", "state", "tier", "weight", "gpu_type"] },
   rollouts: { path: "/admin/v1/rollouts", cols: ["id", "model", "alias", "strategy", "state", "step", "weight"] },
-  keys: { path: "/admin/v1/keys", cols: ["id", "name", "prefix", "team", "role", "priority", "revoked_at"] },
+  keys: { path: "/admin/v1/keys", cols: ["id", "name", "prefix", "team", "role", "priority", "rpm_limit", "tpm_limit", "max_budget", "budget_period", "spend", "revoked_at"] },
+  teams: { path: "/admin/v1/teams", cols: ["name", "rpm_limit", "tpm_limit", "max_budget", "budget_period", "spend"] },
   audit: { path: "/admin/v1/audit", cols: ["at", "actor", "action", "resource_type", "resource_id"] },
 };
 let current = "models";

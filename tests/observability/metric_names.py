@@ -34,7 +34,7 @@ GATEWAY_METRICS = frozenset({
     "inferplane_prefix_cache_hit_estimate", "inferplane_prefix_lookup_tokens_total",
     "inferplane_prefix_hit_tokens_total", "inferplane_upstream_errors_total",
     "inferplane_spend_usd_total", "inferplane_backend_healthy", "inferplane_retries_total",
-    "inferplane_fallbacks_total", "inferplane_inflight_requests",
+    "inferplane_fallbacks_total", "inferplane_stream_resumes_total", "inferplane_inflight_requests",
     "inferplane_shadow_requests_total", "inferplane_shadow_similarity",
 })
 CONTROL_PLANE_METRICS = frozenset({

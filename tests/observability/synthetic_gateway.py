@@ -49,6 +49,7 @@ def build_metrics(registry: CollectorRegistry) -> dict:
         "healthy": gauge("inferplane_backend_healthy", ["model", "backend"]),
         "retries": counter("inferplane_retries", ["model"]),
         "fallbacks": counter("inferplane_fallbacks", ["model"]),
+        "resumes": counter("inferplane_stream_resumes", ["model", "kind"]),
         "inflight": gauge("inferplane_inflight_requests", ["model", "backend"]),
         "shadow": counter("inferplane_shadow_requests", [*mv, "outcome"]),
         "similarity": histogram("inferplane_shadow_similarity", ["model"],
@@ -81,6 +82,7 @@ def one_request(m: dict, rng: random.Random) -> None:
         m["upstream_errors"].labels(model, backend, "http_5xx").inc()
         m["retries"].labels(model).inc()
         m["fallbacks"].labels(model).inc()
+        m["resumes"].labels(model, "protocol").inc()
     if rng.random() < 0.05:
         m["rejections"].labels(model, "rpm").inc()
 
