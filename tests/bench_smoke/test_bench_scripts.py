@@ -94,3 +94,14 @@ def test_inferplane_bench_dispatch(tmp_path):
                           capture_output=True, text=True, timeout=200, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(out.read_text())["runs"][0]["block_size"] == 8
+
+
+def test_gc_pause_reports_both_pauses():
+    import re
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gc_pause.py")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    match = re.search(r"pause: ([\d.]+) ms without gc_freeze, ([\d.]+) ms with it", proc.stdout)
+    assert match, proc.stdout
+    unfrozen, frozen = map(float, match.groups())
+    assert frozen < unfrozen  # start-up objects are out of the collector's walk
