@@ -29,6 +29,16 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+# OpenAI fields this engine does not implement, with the values that ask for nothing: any
+# other value is refused (400) rather than silently ignored.
+UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0),
+               "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+               "repetition_penalty": (None, 1, 1.0), "response_format": (None, {"type": "text"}),
+               "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
+               "function_call": (None, "none", "auto"), "best_of": (None, 1), "suffix": (None, ""),
+               "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,)}
+
+
 class _GenerationRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
@@ -46,6 +56,23 @@ class _GenerationRequest(BaseModel):
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
     priority: int = 0
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit
+
+    def unsupported_field(self) -> str | None:
+        """The first field that asks for something this engine does not do, if any."""
+        extra = self.model_extra or {}
+        for name, harmless in UNSUPPORTED.items():
+            value = extra.get(name)
+            if not any(value == h and type(value) is type(h) for h in harmless):
+                return name
+        return None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, value: dict[int, float] | None) -> dict[int, float] | None:
+        if value and any(not -100 <= bias <= 100 for bias in value.values()):
+            raise ValueError("logit_bias values must be between -100 and 100")
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -72,7 +99,7 @@ class _GenerationRequest(BaseModel):
             max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
             top_k=max(self.top_k, 0), seed=self.seed, stop=list(self.stop or []),
             stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
-            min_tokens=self.min_tokens)
+            min_tokens=self.min_tokens, logit_bias=dict(self.logit_bias or {}))
 
 
 class ChatMessage(BaseModel):

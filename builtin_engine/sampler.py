@@ -1,4 +1,4 @@
-"""Next-token selection for a batch: greedy, temperature, top-k, top-p, min_tokens.
+"""Next-token selection for a batch: logit bias, greedy, temperature, top-k, top-p, min_tokens.
 
 Random draws use the exponential-race form of categorical sampling (argmax of p / E with
 E ~ Exp(1)), so each seeded request consumes exactly one vector of noise from its own
@@ -21,6 +21,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None], num_output_tokens: list[int],
                eos_token_id: int | None) -> list[int]:
+        self._add_logit_bias(logits, params)
         self._mask_stops_before_min_tokens(logits, params, num_output_tokens, eos_token_id)
         tokens = logits.argmax(dim=-1)
         random_rows = [i for i, p in enumerate(params) if not p.greedy]
@@ -29,6 +30,18 @@ class Sampler:
             probs = self._probs(logits[rows], [params[i] for i in random_rows])
             tokens[rows] = self._draw(probs, [generators[i] for i in random_rows])
         return tokens.tolist()
+
+    @staticmethod
+    def _add_logit_bias(logits: torch.Tensor, params: list[SamplingParams]) -> None:
+        rows, cols, values = [], [], []
+        for i, p in enumerate(params):
+            for token, bias in p.logit_bias.items():
+                if 0 <= token < logits.shape[1]:
+                    rows.append(i)
+                    cols.append(token)
+                    values.append(bias)
+        if rows:
+            logits[rows, cols] += torch.tensor(values, device=logits.device, dtype=logits.dtype)
 
     def _mask_stops_before_min_tokens(self, logits, params, num_output_tokens, eos_token_id):
         rows, cols = [], []

@@ -15,6 +15,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     min_tokens: int = 0
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> logit offset
 
     @property
     def greedy(self) -> bool:

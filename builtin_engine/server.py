@@ -91,7 +91,15 @@ class EngineService:
         param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
         max_tokens = resolve_max_tokens(len(prompt_ids), body.requested_max_tokens(),
                                         self.max_model_len, param)
+        unsupported = body.unsupported_field()
+        if unsupported is not None:
+            raise EngineError(400, f"{unsupported} is not supported by the builtin engine (serve "
+                              "the model with vLLM or SGLang for it)", unsupported,
+                              code="unsupported_parameter")
         params = body.sampling_params(max_tokens)
+        if any(t < 0 or t >= self.tokenizer.vocab_size for t in params.logit_bias):
+            raise EngineError(400, "logit_bias names token ids outside the vocabulary "
+                              f"(0..{self.tokenizer.vocab_size - 1})", "logit_bias")
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
         lora, cache_key = self.adapter_of(body.model)
@@ -176,9 +184,9 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
     async def _invalid(_: Request, exc: RequestValidationError):
         err = exc.errors()[0] if exc.errors() else {}
         loc = [str(p) for p in err.get("loc", ()) if p != "body"]
-        message = err.get("msg", "invalid request")
+        message = err.get("msg", "invalid request").removeprefix("Value error, ")
         if err.get("type") == "json_invalid":
-            message = "We could not parse the JSON body of your request."
+            loc, message = [], "We could not parse the JSON body of your request."
         return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}",
                               param=".".join(loc) or None)
 

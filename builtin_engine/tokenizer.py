@@ -78,7 +78,11 @@ class EngineTokenizer:
         return ids
 
     def encode(self, text: str) -> list[int]:
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        try:
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        except TypeError:  # JSON may carry lone surrogates ("\ud800"), which are not text
+            text = text.encode("utf-8", "replace").decode("utf-8")
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if self.add_bos_token and (not ids or ids[0] != self.bos_token_id):
             ids.insert(0, self.bos_token_id)
         return ids

@@ -1,4 +1,4 @@
-"""Sampler: seeded reproducibility, greedy equivalences, truncation and min_tokens."""
+"""Sampler: seeded reproducibility, greedy equivalences, truncation, min_tokens, logit bias."""
 from __future__ import annotations
 
 import torch
@@ -79,3 +79,15 @@ def test_min_tokens_masks_eos_and_stop_ids():
     sampler = Sampler(stop_token_ids=[200])  # e.g. <|endoftext|> besides eos
     got = sampler.sample(logits.clone(), params, [None] * 3, [0, 3, 4], EOS)
     assert got == [50, 50, EOS]
+
+
+def test_logit_bias_moves_only_its_row():
+    logits = _logits(2)
+    plain = logits.argmax(dim=-1).tolist()
+    target = (plain[0] + 1) % VOCAB
+    biased = SamplingParams(temperature=0.0, logit_bias={target: 100.0, VOCAB + 5: 100.0})
+    tokens = Sampler().sample(logits.clone(), [biased, SamplingParams(temperature=0.0)],
+                              [None, None], [0, 0], EOS)
+    assert tokens == [target, plain[1]]
+    banned = SamplingParams(temperature=0.0, logit_bias={plain[0]: -100.0})
+    assert Sampler().sample(logits.clone(), [banned], [None], [0], EOS)[0] != plain[0]

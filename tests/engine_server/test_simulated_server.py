@@ -86,6 +86,37 @@ def test_malformed_json_is_400(engine_url):
     resp = httpx.post(engine_url + "/v1/chat/completions", content=b"{not json",
                       headers={"content-type": "application/json"})
     assert resp.status_code == 400 and resp.json()["error"]["message"]
+    assert resp.json()["error"]["param"] is None
+
+
+@pytest.mark.parametrize("field,value", [
+    ("logprobs", True), ("top_logprobs", 3), ("presence_penalty", 0.5),
+    ("frequency_penalty", -1), ("repetition_penalty", 1.2),
+    ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
+    ("tool_choice", "required"),
+])
+def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
+    resp = _chat(engine_url, **{field: value, "max_tokens": 2})
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["param"] == field
+    assert error["code"] == "unsupported_parameter" and "vLLM" in error["message"]
+
+
+def test_harmless_values_of_unsupported_fields_pass(engine_url):
+    resp = _chat(engine_url, max_tokens=2, logprobs=False, presence_penalty=0,
+                 frequency_penalty=0.0, tool_choice="none", response_format={"type": "text"})
+    assert resp.status_code == 200, resp.text
+
+
+def test_logit_bias_is_checked_and_lone_surrogates_are_text(engine_url):
+    resp = _chat(engine_url, max_tokens=2, logit_bias={"99999999": 5})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "logit_bias"
+    assert _chat(engine_url, max_tokens=2, logit_bias={"1": 101}).status_code == 400
+    assert _chat(engine_url, max_tokens=2, logit_bias={"12": -100}).status_code == 200
+    lone = b'{"model": "%s", "max_tokens": 2, "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+    resp = httpx.post(engine_url + "/v1/chat/completions", content=lone % NAME.encode(),
+                      headers={"content-type": "application/json"}, timeout=30)
+    assert resp.status_code == 200, resp.text
 
 
 def test_models_metrics_and_kv_summary(engine_url):
