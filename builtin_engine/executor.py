@@ -18,6 +18,9 @@ class ScheduledRequest:
     params: SamplingParams
     num_output_tokens: int
     lora: str | None = None  # name of the LoRA adapter applied to this request, if any
+    # prompt + output ids so far, only for requests with penalties (the sampler reads them)
+    history: list[int] | None = None
+    num_prompt_tokens: int = 0
 
 
 @dataclass

@@ -129,10 +129,13 @@ class ModelRunner:
             if not batch.sampled:
                 return {}
             logits = self.model.compute_logits(hidden[batch.sample_rows])
+            histories = [None if r.history is None else (r.history, r.num_prompt_tokens)
+                         for r in batch.sampled]
             tokens = self.sampler.sample(
                 logits, [r.params for r in batch.sampled],
                 [self._generator(r) for r in batch.sampled],
-                [r.num_output_tokens for r in batch.sampled], self.eos_token_id)
+                [r.num_output_tokens for r in batch.sampled], self.eos_token_id,
+                histories if any(h is not None for h in histories) else None)
         return {r.request_id: t for r, t in zip(batch.sampled, tokens)}
 
     def _forward(self, batch: StepBatch) -> torch.Tensor:

@@ -32,8 +32,7 @@ class StreamOptions(BaseModel):
 # OpenAI fields this engine does not implement, with the values that ask for nothing: any
 # other value is refused (400) rather than silently ignored.
 UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0),
-               "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-               "repetition_penalty": (None, 1, 1.0), "response_format": (None, {"type": "text"}),
+               "response_format": (None, {"type": "text"}),
                "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
                "function_call": (None, "none", "auto"), "best_of": (None, 1), "suffix": (None, ""),
                "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,)}
@@ -57,6 +56,9 @@ class _GenerationRequest(BaseModel):
     min_tokens: int = Field(0, ge=0)
     priority: int = 0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
 
     def unsupported_field(self) -> str | None:
         """The first field that asks for something this engine does not do, if any."""
@@ -99,7 +101,9 @@ class _GenerationRequest(BaseModel):
             max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
             top_k=max(self.top_k, 0), seed=self.seed, stop=list(self.stop or []),
             stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
-            min_tokens=self.min_tokens, logit_bias=dict(self.logit_bias or {}))
+            min_tokens=self.min_tokens, logit_bias=dict(self.logit_bias or {}),
+            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty)
 
 
 class ChatMessage(BaseModel):

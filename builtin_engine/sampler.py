@@ -1,4 +1,5 @@
-"""Next-token selection for a batch: logit bias, greedy, temperature, top-k, top-p, min_tokens.
+"""Next-token selection for a batch: penalties, logit bias, greedy, temperature, top-k, top-p,
+min_tokens.
 
 Random draws use the exponential-race form of categorical sampling (argmax of p / E with
 E ~ Exp(1)), so each seeded request consumes exactly one vector of noise from its own
@@ -20,7 +21,11 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None], num_output_tokens: list[int],
-               eos_token_id: int | None) -> list[int]:
+               eos_token_id: int | None,
+               histories: list[tuple[list[int], int] | None] | None = None) -> list[int]:
+        """`histories[i]` is (prompt + output ids, prompt length) for rows with penalties."""
+        if histories is not None:
+            self._apply_penalties(logits, params, histories)
         self._add_logit_bias(logits, params)
         self._mask_stops_before_min_tokens(logits, params, num_output_tokens, eos_token_id)
         tokens = logits.argmax(dim=-1)
@@ -30,6 +35,25 @@ class Sampler:
             probs = self._probs(logits[rows], [params[i] for i in random_rows])
             tokens[rows] = self._draw(probs, [generators[i] for i in random_rows])
         return tokens.tolist()
+
+    @staticmethod
+    def _apply_penalties(logits: torch.Tensor, params: list[SamplingParams],
+                         histories: list[tuple[list[int], int] | None]) -> None:
+        vocab = logits.shape[1]
+        for row, (p, history) in enumerate(zip(params, histories)):
+            if history is None or not p.has_penalties:
+                continue
+            ids, num_prompt = history
+            if p.repetition_penalty != 1.0 and ids:
+                seen = torch.tensor(sorted(set(ids)), device=logits.device).clamp_(0, vocab - 1)
+                values = logits[row, seen]
+                logits[row, seen] = torch.where(values > 0, values / p.repetition_penalty,
+                                                values * p.repetition_penalty)
+            outputs = ids[num_prompt:]
+            if outputs and (p.presence_penalty or p.frequency_penalty):
+                counts = torch.bincount(torch.tensor(outputs, device=logits.device),
+                                        minlength=vocab)[:vocab].to(logits.dtype)
+                logits[row] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
 
     @staticmethod
     def _add_logit_bias(logits: torch.Tensor, params: list[SamplingParams]) -> None:

@@ -16,6 +16,14 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> logit offset
+    presence_penalty: float = 0.0  # OpenAI's: on output tokens already generated
+    frequency_penalty: float = 0.0  # OpenAI's: times each output token was generated
+    repetition_penalty: float = 1.0  # HF/vLLM's: divides logits of prompt and output tokens
+
+    @property
+    def has_penalties(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0)
 
     @property
     def greedy(self) -> bool:

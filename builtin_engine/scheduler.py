@@ -182,7 +182,9 @@ class Scheduler:
         return ScheduledRequest(
             request_id=req.request_id, token_ids=req.token_ids[start:start + n],
             start_pos=start, block_ids=block_ids, sample=start + n == req.num_tokens,
-            params=req.params, num_output_tokens=req.num_output_tokens, lora=req.lora)
+            params=req.params, num_output_tokens=req.num_output_tokens, lora=req.lora,
+            history=req.token_ids if req.params.has_penalties else None,
+            num_prompt_tokens=req.num_prompt_tokens)
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self._no_preemption = False

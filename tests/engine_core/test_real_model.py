@@ -84,3 +84,26 @@ def test_forced_preemption_matches(loaded, prompts, reference, mode):
 def test_request_alone_matches_mixed_batch(loaded, prompts, reference):
     tokens, _ = run(loaded, [prompts[2]])
     assert tokens["0"] == reference["2"]
+
+
+def test_penalties_reach_the_sampler_through_the_scheduler():
+    """A strong repetition penalty changes greedy text; the same request without it does not
+    change between runs (the history the scheduler hands over is what moves it)."""
+    from builtin_engine.loader import load_model
+    from builtin_engine.model_runner import ModelRunner
+
+    config = EngineConfig(num_blocks=64, swap_space_gib=0.0)
+    loaded = load_model(config)
+    engine = LLMEngine(config, ModelRunner(config, loaded), loaded.tokenizer)
+    prompt = loaded.tokenizer.encode("one two one two one two one two one two")
+
+    def run(**kw):
+        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, **kw)
+        return engine.generate([prompt], params)["0"].new_token_ids
+
+    plain = run()
+    assert run() == plain
+    penalised = run(repetition_penalty=3.0)
+    assert penalised != plain
+    seen = set(prompt)
+    assert sum(t in seen for t in penalised) < sum(t in seen for t in plain)

@@ -1,4 +1,5 @@
-"""Sampler: seeded reproducibility, greedy equivalences, truncation, min_tokens, logit bias."""
+"""Sampler: seeded reproducibility, greedy equivalences, truncation, min_tokens, logit bias,
+penalties."""
 from __future__ import annotations
 
 import torch
@@ -91,3 +92,28 @@ def test_logit_bias_moves_only_its_row():
     assert tokens == [target, plain[1]]
     banned = SamplingParams(temperature=0.0, logit_bias={plain[0]: -100.0})
     assert Sampler().sample(logits.clone(), [banned], [None], [0], EOS)[0] != plain[0]
+
+
+def test_frequency_and_presence_penalties_count_output_tokens_only():
+    logits = torch.zeros(1, VOCAB)
+    logits[0, 3], logits[0, 4], logits[0, 5] = 3.0, 2.5, 2.0
+    greedy = dict(temperature=0.0)
+    history = ([3, 3, 9], 1)  # prompt [3], outputs [3, 9]
+    pick = lambda **kw: Sampler().sample(logits.clone(), [SamplingParams(**greedy, **kw)],  # noqa: E731
+                                         [None], [2], EOS, [history])[0]
+    assert pick() == 3
+    assert pick(frequency_penalty=1.0) == 4     # 3 - 1x1 = 2.0 < 2.5
+    assert pick(presence_penalty=0.4) == 3      # 2.6 > 2.5
+    assert pick(presence_penalty=0.6) == 4
+    only_prompt = ([5, 5, 5], 3)                # no outputs yet: nothing to penalise
+    assert Sampler().sample(logits.clone(), [SamplingParams(**greedy, frequency_penalty=2.0)],
+                            [None], [0], EOS, [only_prompt])[0] == 3
+
+
+def test_repetition_penalty_covers_prompt_and_output():
+    logits = torch.zeros(1, VOCAB)
+    logits[0, 3], logits[0, 4], logits[0, 6] = 3.0, 2.0, -1.0
+    params = [SamplingParams(temperature=0.0, repetition_penalty=2.0)]
+    out = logits.clone()
+    assert Sampler().sample(out, params, [None], [0], EOS, [([3, 6], 2)])[0] == 4
+    assert out[0, 3] == 1.5 and out[0, 6] == -2.0  # positive divided, negative multiplied

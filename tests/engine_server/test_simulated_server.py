@@ -90,9 +90,7 @@ def test_malformed_json_is_400(engine_url):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("logprobs", True), ("top_logprobs", 3), ("presence_penalty", 0.5),
-    ("frequency_penalty", -1), ("repetition_penalty", 1.2),
-    ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
+    ("logprobs", True), ("top_logprobs", 3), ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
     ("tool_choice", "required"),
 ])
 def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
@@ -103,9 +101,19 @@ def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
 
 
 def test_harmless_values_of_unsupported_fields_pass(engine_url):
-    resp = _chat(engine_url, max_tokens=2, logprobs=False, presence_penalty=0,
-                 frequency_penalty=0.0, tool_choice="none", response_format={"type": "text"})
+    resp = _chat(engine_url, max_tokens=2, logprobs=False, tool_choice="none",
+                 response_format={"type": "text"})
     assert resp.status_code == 200, resp.text
+
+
+def test_penalties_are_accepted_within_their_ranges(engine_url):
+    ok = _chat(engine_url, max_tokens=2, presence_penalty=0.5, frequency_penalty=-1,
+               repetition_penalty=1.2)
+    assert ok.status_code == 200, ok.text
+    for field, value in (("presence_penalty", 3), ("frequency_penalty", -2.5),
+                         ("repetition_penalty", 0)):
+        resp = _chat(engine_url, max_tokens=2, **{field: value})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == field
 
 
 def test_logit_bias_is_checked_and_lone_surrogates_are_text(engine_url):
