@@ -105,3 +105,22 @@ def test_gc_pause_reports_both_pauses():
     assert match, proc.stdout
     unfrozen, frozen = map(float, match.groups())
     assert frozen < unfrozen  # start-up objects are out of the collector's walk
+
+
+def test_gpu_check_script_runs_end_to_end_on_cpu(tmp_path):
+    """The GPU check is one prepared script for scarce GPU time: its own logic (every section,
+    the JSON report) is exercised here at toy sizes through the Triton interpreter."""
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--smoke-cpu",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["status"] == "smoke_cpu" and report["errors"] == {}, report["errors"]
+    assert report["all_correct"] and len(report["correctness"]) >= 8
+    assert {row["kernel"] for row in report["bench"]} >= {"decode", "prefill"}
+    assert report["cuda_graphs"]["max_abs_err_replay_vs_eager"] == 0.0
+    e2e = report["e2e"]
+    assert [run["decode_graphs"] for run in e2e["runs"]] == ["static", "off", "off"]
+    requests = e2e["runs"][0]["requests"]
+    assert e2e["greedy_identical_requests"] == e2e["graphs_vs_eager_identical_requests"] == requests
