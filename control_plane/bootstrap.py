@@ -102,7 +102,8 @@ def create_key_cli(settings: Settings, args: argparse.Namespace) -> int:
     with make_session_factory(url).begin() as session:
         _, secret = create_key(session, args.name, role=args.role, team=args.team, models=models,
                                rpm_limit=args.rpm_limit, tpm_limit=args.tpm_limit,
-                               priority=args.priority)
+                               priority=args.priority, max_budget=args.max_budget,
+                               budget_period=args.budget_period)
         bump_version(session)
     print(secret)
     print(f"key {args.name!r} ({args.role}) created; the secret is shown only once",

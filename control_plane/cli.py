@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--rpm-limit", type=int, default=None)
     create.add_argument("--tpm-limit", type=int, default=None)
     create.add_argument("--priority", default="standard", choices=["high", "standard", "batch"])
+    create.add_argument("--max-budget", type=float, default=None, help="USD")
+    create.add_argument("--budget-period", default=None, choices=["hour", "day", "week", "month"],
+                        help="reset the budget every UTC hour/day/week/month (default: never)")
     create.add_argument("--config", default=os.environ.get("INFERPLANE_CONFIG"))
     create.set_defaults(func=_cmd_keys)
     mlflow = sub.add_parser("mlflow", help="MLflow Model Registry sync")
