@@ -106,7 +106,13 @@ class LLMEngine:
         else:
             sampled = {}
         self.num_steps += 1
-        return self._finish_step(sched.update_from_output(out, sampled), out.num_batched_tokens)
+        outputs = sched.update_from_output(out, sampled)
+        take = getattr(self.executor, "take_logprobs", None)
+        logprobs = take() if take is not None else {}
+        for o in outputs if logprobs else ():
+            if o.new_token_ids and o.request_id in logprobs:
+                o.logprobs = [logprobs[o.request_id]]
+        return self._finish_step(outputs, out.num_batched_tokens)
 
     def _drop_unrunnable(self, out: SchedulerOutput) -> None:
         """End only the requests the executor cannot run (an adapter unloaded since they
@@ -183,4 +189,6 @@ class LLMEngine:
                 merged.finished, merged.finish_reason = o.finished, o.finish_reason
                 merged.num_prompt_tokens, merged.error = o.num_prompt_tokens, o.error
                 merged.num_cached_tokens = o.num_cached_tokens
+                if o.logprobs:
+                    merged.logprobs = (merged.logprobs or []) + o.logprobs
         return results

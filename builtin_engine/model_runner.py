@@ -14,6 +14,7 @@ from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
 from .graphed_decode import build_graphed_decode
 from .kernels.attention import AttentionMetadata
+from .logprobs import TokenLogprob, pick, raw_logprobs
 from .loader import LoadedModel, torch_dtype
 from .lora import LoraBatch, LoraStore, LoraWeights
 from .sampler import Sampler
@@ -43,6 +44,7 @@ class ModelRunner:
         self.eos_token_id = loaded.tokenizer.eos_token_id
         self.sampler = Sampler(loaded.tokenizer.stop_token_ids)
         self.generators: dict[str, torch.Generator] = {}
+        self.step_logprobs: dict[str, TokenLogprob] = {}
         self.lora_store = lora_store or LoraStore(self.cfg, self.device, self.dtype)
         # Pinned on first schedule, so unloading an adapter never changes a running request.
         self.request_loras: dict[str, LoraWeights] = {}
@@ -129,6 +131,8 @@ class ModelRunner:
             if not batch.sampled:
                 return {}
             logits = self.model.compute_logits(hidden[batch.sample_rows])
+            wanted = [i for i, r in enumerate(batch.sampled) if r.params.logprobs is not None]
+            raw = raw_logprobs(logits, wanted) if wanted else None
             histories = [None if r.history is None else (r.history, r.num_prompt_tokens)
                          for r in batch.sampled]
             tokens = self.sampler.sample(
@@ -136,6 +140,11 @@ class ModelRunner:
                 [self._generator(r) for r in batch.sampled],
                 [r.num_output_tokens for r in batch.sampled], self.eos_token_id,
                 histories if any(h is not None for h in histories) else None)
+            if wanted:
+                entries = pick(raw, [tokens[i] for i in wanted],
+                               [batch.sampled[i].params.logprobs for i in wanted])
+                self.step_logprobs = {batch.sampled[i].request_id: e
+                                      for i, e in zip(wanted, entries)}
         return {r.request_id: t for r, t in zip(batch.sampled, tokens)}
 
     def _forward(self, batch: StepBatch) -> torch.Tensor:
@@ -143,6 +152,11 @@ class ModelRunner:
             return self.graphed.forward(batch.input_ids, batch.positions, batch.meta)
         return self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta,
                           batch.lora)
+
+    def take_logprobs(self) -> dict[str, TokenLogprob]:
+        """The last step's logprobs by request id (each step's are handed over once)."""
+        taken, self.step_logprobs = self.step_logprobs, {}
+        return taken
 
     def release(self, request_id: str) -> None:
         self.generators.pop(request_id, None)

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .logprobs import MAX_TOP_LOGPROBS
 from .sampling_params import SamplingParams
 
 
@@ -31,8 +32,7 @@ class StreamOptions(BaseModel):
 
 # OpenAI fields this engine does not implement, with the values that ask for nothing: any
 # other value is refused (400) rather than silently ignored.
-UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0),
-               "response_format": (None, {"type": "text"}),
+UNSUPPORTED = {"response_format": (None, {"type": "text"}),
                "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
                "function_call": (None, "none", "auto"), "best_of": (None, 1), "suffix": (None, ""),
                "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,)}
@@ -103,7 +103,11 @@ class _GenerationRequest(BaseModel):
             stop_token_ids=list(self.stop_token_ids or []), ignore_eos=self.ignore_eos,
             min_tokens=self.min_tokens, logit_bias=dict(self.logit_bias or {}),
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty)
+            repetition_penalty=self.repetition_penalty, logprobs=self.logprobs_count())
+
+    def logprobs_count(self) -> int | None:
+        """How many top logprobs per token the request wants; None: no logprobs at all."""
+        return None
 
 
 class ChatMessage(BaseModel):
@@ -124,6 +128,11 @@ class ChatCompletionRequest(_GenerationRequest):
     # vLLM's extensions: continue_final_message extends the last (assistant) message in place
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @model_validator(mode="after")
     def _continuation(self) -> "ChatCompletionRequest":
@@ -132,6 +141,8 @@ class ChatCompletionRequest(_GenerationRequest):
                 raise ValueError("continue_final_message needs add_generation_prompt=false")
             if self.messages[-1].role != "assistant":
                 raise ValueError("continue_final_message needs a final assistant message")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
         return self
 
     def requested_max_tokens(self) -> int | None:
@@ -141,6 +152,16 @@ class ChatCompletionRequest(_GenerationRequest):
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[int] | list[str]
     echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
+
+    @model_validator(mode="after")
+    def _no_prompt_logprobs(self) -> "CompletionRequest":
+        if self.echo and self.logprobs is not None:
+            raise ValueError("echo with logprobs (prompt logprobs) is not supported")
+        return self
 
     @field_validator("prompt")
     @classmethod

@@ -29,6 +29,7 @@ class RequestOutput:
     num_cached_tokens: int = 0
     error: str | None = None
     queue_time_s: float | None = None  # arrival → first scheduled (for queue spans)
+    logprobs: list | None = None  # TokenLogprob per new token, when the request asked for them
 
 
 class Request:

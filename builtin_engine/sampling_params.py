@@ -19,6 +19,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # OpenAI's: on output tokens already generated
     frequency_penalty: float = 0.0  # OpenAI's: times each output token was generated
     repetition_penalty: float = 1.0  # HF/vLLM's: divides logits of prompt and output tokens
+    logprobs: int | None = None  # report the sampled token's logprob and this many top ones
 
     @property
     def has_penalties(self) -> bool:

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .adapters import AdapterRegistry
+from .logprobs import chat_logprobs, completion_logprobs
 from .adapters import router as adapter_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
@@ -111,39 +112,60 @@ class EngineService:
         except StopAsyncIteration:
             raise EngineError(503, "the engine is shutting down", code="engine_unavailable",
                               kind="server_error") from None
-        render = _Renderer(kind, request_id, self.served_name)
+        echo = ""
+        if kind != "chat" and getattr(body, "echo", False):
+            echo = body.prompt if isinstance(body.prompt, str) else self.tokenizer.decode(prompt_ids)
+        render = _Renderer(kind, request_id, self.served_name, self.tokenizer,
+                           params.logprobs is not None, echo)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(render.stream(first, chunks, include_usage),
                                      media_type="text/event-stream",
                                      headers={"x-request-id": request_id})
-        text, last = first.text, first
+        text, last, logprobs = first.text, first, list(first.logprobs)
         async for chunk in chunks:
             text += chunk.text
             last = chunk
-        return JSONResponse(render.full(text, last), headers={"x-request-id": request_id})
+            logprobs += chunk.logprobs
+        return JSONResponse(render.full(text, last, logprobs),
+                            headers={"x-request-id": request_id})
 
 
 class _Renderer:
-    def __init__(self, kind: str, request_id: str, model: str):
+    def __init__(self, kind: str, request_id: str, model: str, tokenizer,
+                 with_logprobs: bool = False, echo: str = ""):
         self.kind, self.id, self.model = kind, request_id, model
+        self.tokenizer, self.with_logprobs, self.echo = tokenizer, with_logprobs, echo
         self.created = int(time.time())
         self.object = "chat.completion" if kind == "chat" else "text_completion"
+        self.offset = len(echo)  # completions' text_offset of the next token
 
-    def _choice(self, text: str, finish: str | None, delta: bool) -> dict:
+    def _logprobs(self, entries: list) -> dict | None:
+        if not self.with_logprobs:
+            return None
+        if self.kind == "chat":
+            return chat_logprobs(entries, self.tokenizer)
+        rendered = completion_logprobs(entries, self.tokenizer, self.offset)
+        self.offset += sum(len(t) for t in rendered["tokens"])
+        return rendered
+
+    def _choice(self, text: str, finish: str | None, delta: bool, logprobs: list) -> dict:
         if self.kind != "chat":
-            return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            return {"index": 0, "text": text, "finish_reason": finish,
+                    "logprobs": self._logprobs(logprobs)}
         key = "delta" if delta else "message"
         content = {"content": text} if delta else {"role": "assistant", "content": text}
-        return {"index": 0, key: content, "finish_reason": finish, "logprobs": None}
+        return {"index": 0, key: content, "finish_reason": finish,
+                "logprobs": self._logprobs(logprobs)}
 
     def _envelope(self, choices: list, stream: bool) -> dict:
         obj = self.object + (".chunk" if stream and self.kind == "chat" else "")
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": choices}
 
-    def full(self, text: str, last: TextChunk) -> dict:
-        body = self._envelope([self._choice(text, last.finish_reason, delta=False)], False)
+    def full(self, text: str, last: TextChunk, logprobs: list) -> dict:
+        choice = self._choice(self.echo + text, last.finish_reason, False, logprobs)
+        body = self._envelope([choice], False)
         body["usage"] = _usage(last)
         return body
 
@@ -154,11 +176,15 @@ class _Renderer:
                     "finish_reason": None, "logprobs": None}
             yield _sse(self._envelope([head], True))
         last = first
+        if self.echo:
+            yield _sse(self._envelope([self._choice(self.echo, None, True, [])], True))
         if first.text or first.finish_reason:
-            yield _sse(self._envelope([self._choice(first.text, first.finish_reason, True)], True))
+            yield _sse(self._envelope([self._choice(first.text, first.finish_reason, True,
+                                                    first.logprobs)], True))
         async for chunk in rest:
             last = chunk
-            yield _sse(self._envelope([self._choice(chunk.text, chunk.finish_reason, True)], True))
+            yield _sse(self._envelope([self._choice(chunk.text, chunk.finish_reason, True,
+                                                    chunk.logprobs)], True))
         if include_usage:
             tail = self._envelope([], True)
             tail["usage"] = _usage(last)

@@ -1,7 +1,7 @@
 """From token ids to text: incremental detokenisation, stop strings and usage for one request."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from .protocol import EngineError
@@ -16,6 +16,7 @@ class TextChunk:
     completion_tokens: int
     cached_tokens: int
     queue_time_s: float | None = None
+    logprobs: list = field(default_factory=list)  # TokenLogprob of the tokens behind `text`
 
 
 def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: int,
@@ -54,6 +55,7 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
     hold = max((len(s) for s in stops), default=1) - 1
     special_stops = set(tokenizer.stop_token_ids) | set(params.stop_token_ids)
     pending, completion, cached, queued = "", 0, 0, None
+    pending_logprobs: list = []
     finished = False
     try:
         async for out in engine.generate(request_id, prompt_ids, params, priority=priority,
@@ -67,6 +69,8 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
             ids = out.new_token_ids
             if out.finished and out.finish_reason == "stop" and not params.ignore_eos:
                 ids = [t for t in ids if t not in special_stops]
+            if out.logprobs:
+                pending_logprobs += [e for e in out.logprobs if e.token_id in ids]
             pending += detok.push(ids)
             if out.finished:
                 pending += detok.flush()
@@ -74,17 +78,20 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
             if cut >= 0:
                 finished = True
                 engine.abort(request_id)
-                yield TextChunk(pending[:cut], "stop", len(prompt_ids), completion, cached, queued)
+                yield TextChunk(pending[:cut], "stop", len(prompt_ids), completion, cached, queued,
+                                pending_logprobs)
                 return
             if out.finished:
                 finished = True
                 reason = "stop" if out.finish_reason in ("stop", "abort") else out.finish_reason
-                yield TextChunk(pending, reason, len(prompt_ids), completion, cached, queued)
+                yield TextChunk(pending, reason, len(prompt_ids), completion, cached, queued,
+                                pending_logprobs)
                 return
             emit = len(pending) - hold if stops else len(pending)
             if emit > 0:
-                yield TextChunk(pending[:emit], None, len(prompt_ids), completion, cached, queued)
-                pending = pending[emit:]
+                yield TextChunk(pending[:emit], None, len(prompt_ids), completion, cached, queued,
+                                pending_logprobs)
+                pending, pending_logprobs = pending[emit:], []
     finally:
         if not finished:  # client went away or the consumer stopped early
             engine.abort(request_id)

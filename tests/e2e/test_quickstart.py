@@ -77,6 +77,30 @@ def test_continue_final_message_extends_a_partial_answer(client):
     assert "final assistant message" in str(refused.value)
 
 
+def test_logprobs_and_echo_in_openai_shapes(client):
+    chat = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                          max_tokens=5, logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert "".join(c.token for c in content) == chat.choices[0].message.content
+    assert len(content) == chat.usage.completion_tokens
+    for c in content:  # greedy: the chosen token is the most likely one
+        assert c.logprob <= 0 and len(c.top_logprobs) == 3
+        assert c.top_logprobs[0].token == c.token and c.top_logprobs[0].logprob == c.logprob
+    pieces = [c.choices[0].logprobs.content for c in client.chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=5, logprobs=True,
+        stream=True) if c.choices and c.choices[0].logprobs]
+    streamed = [entry for piece in pieces for entry in piece]
+    assert [e.token for e in streamed] == [c.token for c in content]
+    done = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                     max_tokens=4, temperature=0, logprobs=2, echo=False)
+    lp = done.choices[0].logprobs
+    assert "".join(lp.tokens) == done.choices[0].text and len(lp.top_logprobs[0]) == 2
+    assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
+    echoed = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                       max_tokens=4, temperature=0, echo=True)
+    assert echoed.choices[0].text == "The capital of France is" + done.choices[0].text
+
+
 def test_completions_and_models(client):
     models = [m.id for m in client.models.list().data]
     assert MODEL in models

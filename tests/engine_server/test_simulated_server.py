@@ -90,7 +90,7 @@ def test_malformed_json_is_400(engine_url):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("logprobs", True), ("top_logprobs", 3), ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
+    ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
     ("tool_choice", "required"),
 ])
 def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
@@ -98,6 +98,15 @@ def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
     error = resp.json()["error"]
     assert resp.status_code == 400 and error["param"] == field
     assert error["code"] == "unsupported_parameter" and "vLLM" in error["message"]
+
+
+def test_logprobs_options_are_checked(engine_url):
+    resp = _chat(engine_url, max_tokens=2, top_logprobs=3)
+    assert resp.status_code == 400 and "needs logprobs=true" in resp.json()["error"]["message"]
+    assert _chat(engine_url, max_tokens=2, logprobs=True, top_logprobs=21).status_code == 400
+    resp = httpx.post(engine_url + "/v1/completions", json={
+        "model": NAME, "prompt": "hi", "max_tokens": 2, "echo": True, "logprobs": 1}, timeout=30)
+    assert resp.status_code == 400 and "echo" in resp.json()["error"]["message"]
 
 
 def test_harmless_values_of_unsupported_fields_pass(engine_url):
