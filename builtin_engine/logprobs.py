@@ -34,9 +34,13 @@ def pick(logprobs: torch.Tensor, tokens: list[int], num_top: list[int]) -> list[
     return out
 
 
+def token_text(tokenizer, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
 def chat_logprobs(entries: list[TokenLogprob], tokenizer) -> dict:
     def item(token_id: int, logprob: float) -> dict:
-        text = tokenizer.decode([token_id], skip_special_tokens=False)
+        text = token_text(tokenizer, token_id)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
     return {"content": [{**item(e.token_id, e.logprob),
@@ -46,11 +50,11 @@ def chat_logprobs(entries: list[TokenLogprob], tokenizer) -> dict:
 def completion_logprobs(entries: list[TokenLogprob], tokenizer, offset: int = 0) -> dict:
     tokens, offsets = [], []
     for e in entries:
-        text = tokenizer.decode([e.token_id], skip_special_tokens=False)
+        text = token_text(tokenizer, e.token_id)
         tokens.append(text)
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
-            "top_logprobs": [{tokenizer.decode([t], skip_special_tokens=False): lp
-                              for t, lp in e.top} for e in entries],
+            "top_logprobs": [{token_text(tokenizer, t): lp for t, lp in e.top}
+                             for e in entries],
             "text_offset": offsets}

@@ -44,6 +44,15 @@ class EngineService:
         self.engine, self.tokenizer, self.adapters = engine, tokenizer, adapters
         self.served_name, self.max_model_len = served_name, max_model_len
 
+    def check_generation(self, body) -> None:
+        """Model and fields, checked before any prompt is rendered or tokenized."""
+        self.check_model(body.model)
+        unsupported = body.unsupported_field()
+        if unsupported is not None:
+            raise EngineError(400, f"{unsupported} is not supported by the builtin engine (serve "
+                              "the model with vLLM or SGLang for it)", unsupported,
+                              code="unsupported_parameter")
+
     def check_model(self, model: str | None) -> None:
         if model and model != self.served_name and not self.adapters.is_loaded(model):
             raise EngineError(404, f"The model `{model}` does not exist.", param="model",
@@ -92,11 +101,6 @@ class EngineService:
         param = "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens"
         max_tokens = resolve_max_tokens(len(prompt_ids), body.requested_max_tokens(),
                                         self.max_model_len, param)
-        unsupported = body.unsupported_field()
-        if unsupported is not None:
-            raise EngineError(400, f"{unsupported} is not supported by the builtin engine (serve "
-                              "the model with vLLM or SGLang for it)", unsupported,
-                              code="unsupported_parameter")
         params = body.sampling_params(max_tokens)
         if any(t < 0 or t >= self.tokenizer.vocab_size for t in params.logit_bias):
             raise EngineError(400, "logit_bias names token ids outside the vocabulary "
@@ -218,12 +222,12 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request):
-        service.check_model(body.model)
+        service.check_generation(body)
         return await service.run(request, body, service.chat_prompt(body), "chat")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        service.check_model(body.model)
+        service.check_generation(body)
         return await service.run(request, body, service.completion_prompt(body), "completion")
 
     @app.post("/tokenize")
