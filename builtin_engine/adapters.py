@@ -8,6 +8,11 @@ readable header); a name already loaded, a missing path or an unknown name is a 
 full set of `max_loras` slots is a 429 (the caller unloads one first). Loaded adapters are
 listed by /v1/models as models whose `parent` is the base model, as vLLM lists them.
 
+Adapter paths are confined to the engine's adapter roots (`--lora-roots`): a path is resolved
+(symlinks followed, `..` removed) before it is checked, and one outside every root is a 400
+that says nothing about what lies there, so the route reveals no directory outside the roots.
+An engine served without roots refuses every runtime load.
+
 With a LoraStore (the real engine), loading reads the adapter's weights onto the engine's
 device and the model runner applies them to the requests that name the adapter; unloading
 frees them. Without one (the simulated engine) the registry is bookkeeping only (slots, load
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -50,10 +56,13 @@ class AdapterRegistry:
     """The adapters one engine holds; at most `max_loras` at a time."""
 
     def __init__(self, max_loras: int = 4, load_cost_s: float = 0.0,
-                 store: LoraStore | None = None):
+                 store: LoraStore | None = None, roots: list[str] | None = None):
+        """roots: the directories adapters may be loaded from; None allows any path (for an
+        engine embedded in a trusted process), [] refuses every runtime load."""
         if max_loras < 1:
             raise ValueError("max_loras must be at least 1")
         self.max_loras, self.load_cost_s, self.store = max_loras, load_cost_s, store
+        self.roots = None if roots is None else [os.path.realpath(r) for r in roots]
         self._loaded: OrderedDict[str, LoadedAdapter] = OrderedDict()
         self._loading: set[str] = set()  # slots reserved while a load is in progress
 
@@ -71,6 +80,7 @@ class AdapterRegistry:
         if name in self._loaded or name in self._loading:
             raise EngineError(400, f"The lora adapter '{name}' has already been loaded.",
                               param="lora_name", code="lora_already_loaded")
+        path = self.confine(path)
         rank = read_peft_rank(Path(path))
         if len(self._loaded) + len(self._loading) >= self.max_loras:
             raise EngineError(429, f"all {self.max_loras} LoRA slots are in use; unload an "
@@ -87,6 +97,19 @@ class AdapterRegistry:
             return adapter
         finally:
             self._loading.discard(name)
+
+    def confine(self, path: str) -> str:
+        """The real path of `path` when it lies under an adapter root; a 400 otherwise."""
+        real = os.path.realpath(path)
+        if self.roots is None:
+            return real
+        if not self.roots:
+            raise EngineError(400, "runtime LoRA loading is disabled: serve the engine with "
+                              "--lora-roots DIR", param="lora_path", code="lora_path_not_allowed")
+        if any(os.path.commonpath([real, root]) == root for root in self.roots):
+            return real
+        raise EngineError(400, "lora_path is outside the engine's adapter roots (--lora-roots)",
+                          param="lora_path", code="lora_path_not_allowed")
 
     def unload(self, name: str) -> LoadedAdapter:
         adapter = self._loaded.pop(name, None)

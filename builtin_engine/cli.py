@@ -4,10 +4,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 
+from .api_key import API_KEY_ENV
 from .config import EngineConfig
+from .connections import ConnectionLimits
 
 log = logging.getLogger("inferplane.engine")
 
@@ -48,6 +51,21 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-load-cost-s", type=float, default=0.0,
                    help="simulated adapter load time")
     p.add_argument("--otlp-endpoint", default=None, help="export traces (OTLP/HTTP)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"Bearer key every route but /health and /metrics requires (prefer the "
+                        f"{API_KEY_ENV} environment variable: argv is visible to every user)")
+    p.add_argument("--lora-roots", action="append", default=[], metavar="DIR[,DIR...]",
+                   help="directories /v1/load_lora_adapter may load from (none: refused)")
+    c = ConnectionLimits()
+    p.add_argument("--timeout-keep-alive", type=float, default=c.keep_alive_s,
+                   help="seconds an idle keep-alive connection stays open")
+    p.add_argument("--header-timeout", type=float, default=c.header_timeout_s,
+                   help="seconds a connection has to send a request's headers")
+    p.add_argument("--body-timeout", type=float, default=c.body_timeout_s,
+                   help="longest pause (seconds) while a request body arrives")
+    p.add_argument("--max-connections", type=int, default=c.max_connections,
+                   help="open connections; more are answered 503")
+    p.add_argument("--max-body-bytes", type=int, default=c.max_body_bytes)
     p.add_argument("--drain-timeout", type=float, default=10.0)
     p.add_argument("--log-level", default="info")
 
@@ -115,14 +133,30 @@ def lora_store_of(engine):
     return getattr(engine.engine.executor, "lora_store", None)
 
 
+def connection_limits_from_args(a: argparse.Namespace) -> ConnectionLimits:
+    return ConnectionLimits(keep_alive_s=a.timeout_keep_alive, header_timeout_s=a.header_timeout,
+                            body_timeout_s=a.body_timeout, max_connections=a.max_connections,
+                            max_body_bytes=a.max_body_bytes)
+
+
+def lora_roots_from_args(a: argparse.Namespace) -> list[str]:
+    return [r for arg in a.lora_roots for r in arg.split(",") if r]
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from fastapi import FastAPI
 
+    from .connections import PortInUse, listen_socket, uvicorn_config
     from .server import create_engine_app
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:  # before the model loads: a port in use must not cost a load and a false "ready"
+        sock = listen_socket(args.host, args.port)
+    except PortInUse as exc:
+        print(f"[engine] error: {exc}", file=sys.stderr, flush=True)
+        return 1
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
     from .tracing import setup_engine_tracing
@@ -139,13 +173,15 @@ def serve(args: argparse.Namespace) -> int:
 
     from .adapters import AdapterRegistry
 
+    adapters = AdapterRegistry(args.max_loras, args.lora_load_cost_s, store=lora_store_of(engine),
+                               roots=lora_roots_from_args(args))
     app = create_engine_app(engine, tokenizer, served, max_len,
-                            metrics_registry=engine.metrics_registry,
-                            adapters=AdapterRegistry(args.max_loras, args.lora_load_cost_s,
-                                                     store=lora_store_of(engine)))
+                            metrics_registry=engine.metrics_registry, adapters=adapters,
+                            api_key=args.api_key)
     app.router.lifespan_context = lifespan
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                loop="uvloop", http="httptools", timeout_graceful_shutdown=args.drain_timeout)
+    config = uvicorn_config(app, connection_limits_from_args(args), log_level="warning",
+                            loop="uvloop", timeout_graceful_shutdown=args.drain_timeout)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

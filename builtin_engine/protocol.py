@@ -35,7 +35,9 @@ class StreamOptions(BaseModel):
 UNSUPPORTED = {"response_format": (None, {"type": "text"}),
                "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
                "function_call": (None, "none", "auto"), "best_of": (None, 1), "suffix": (None, ""),
-               "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,)}
+               "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+               "prompt_logprobs": (None,), "audio": (None,), "modalities": (None, ["text"]),
+               "prediction": (None,)}
 
 
 class _GenerationRequest(BaseModel):
@@ -60,14 +62,20 @@ class _GenerationRequest(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
 
-    def unsupported_field(self) -> str | None:
-        """The first field that asks for something this engine does not do, if any."""
+    def unsupported_field(self) -> tuple[str, str] | None:
+        """(param, what it asks for) of the first field this engine does not do, if any."""
         extra = self.model_extra or {}
         for name, harmless in UNSUPPORTED.items():
             value = extra.get(name)
             if not any(value == h and type(value) is type(h) for h in harmless):
-                return name
+                return name, name
         return None
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> "_GenerationRequest":
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
+        return self
 
     @field_validator("logit_bias")
     @classmethod
@@ -133,6 +141,16 @@ class ChatCompletionRequest(_GenerationRequest):
 
     def logprobs_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def unsupported_field(self) -> tuple[str, str] | None:
+        """Besides the fields: content parts other than text (the models are text-only, and
+        dropping an image would let the model answer about a picture it never saw)."""
+        for i, message in enumerate(self.messages):
+            for j, part in enumerate(message.content if isinstance(message.content, list) else ()):
+                if part.get("type") != "text":
+                    return (f"messages[{i}].content[{j}]",
+                            f"content parts of type {part.get('type')!r}")
+        return super().unsupported_field()
 
     @model_validator(mode="after")
     def _continuation(self) -> "ChatCompletionRequest":

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .adapters import AdapterRegistry
+from .api_key import ApiKeyMiddleware
 from .logprobs import chat_logprobs, completion_logprobs
 from .adapters import router as adapter_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
@@ -49,8 +50,9 @@ class EngineService:
         self.check_model(body.model)
         unsupported = body.unsupported_field()
         if unsupported is not None:
-            raise EngineError(400, f"{unsupported} is not supported by the builtin engine (serve "
-                              "the model with vLLM or SGLang for it)", unsupported,
+            param, what = unsupported
+            raise EngineError(400, f"{what} is not supported by the builtin engine (serve "
+                              "the model with vLLM or SGLang for it)", param,
                               code="unsupported_parameter")
 
     def check_model(self, model: str | None) -> None:
@@ -197,10 +199,13 @@ class _Renderer:
 
 
 def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
-                      metrics_registry=None, adapters: AdapterRegistry | None = None) -> FastAPI:
+                      metrics_registry=None, adapters: AdapterRegistry | None = None,
+                      api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None,
                   **_NATIVE_TRACING_OFF)
     app.add_middleware(EngineTraceMiddleware)
+    if api_key:  # outermost: nothing runs for an unauthenticated request
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     adapters = adapters or AdapterRegistry()
     service = EngineService(engine, tokenizer, served_name, max_model_len, adapters)
     app.state.service = service

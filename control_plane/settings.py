@@ -57,6 +57,27 @@ class MlflowSettings(BaseModel):
     direction: Literal["pull", "push", "both"] = "both"
 
 
+class ServerSettings(BaseModel):
+    """Connection hygiene of the HTTP server (builtin_engine.connections.ConnectionLimits)."""
+    model_config = ConfigDict(extra="forbid")
+    keep_alive_s: float = Field(5.0, gt=0)
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)
+    max_connections: int = Field(4096, ge=1)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+    def limits(self):
+        from builtin_engine.connections import ConnectionLimits
+
+        return ConnectionLimits(**self.model_dump())
+
+
+class BackendSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # CIDRs and host names backends may live at; empty: anywhere but link-local and metadata
+    allowed_networks: list[str] = Field(default_factory=list)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     data_dir: str = ".inferplane"
@@ -74,6 +95,10 @@ class Settings(BaseModel):
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
     rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
     log_level: str = "info"
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    backends: BackendSettings = Field(default_factory=BackendSettings)
+    # derives each builtin engine's API key; None: <data_dir>/engine.secret (made on first start)
+    engine_secret: str | None = None
 
     def resolved_database_url(self) -> str:
         if self.database_url:

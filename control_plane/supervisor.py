@@ -1,7 +1,9 @@
 """Builtin engine processes: start, relay their output, wait until ready, restart, stop.
 
 Children get PR_SET_PDEATHSIG so they die with the control plane even if it is killed hard:
-Ctrl-C or a crash never leaves an orphan engine holding a port and memory.
+Ctrl-C or a crash never leaves an orphan engine holding a port and memory. Each engine gets its
+own API key (engine_adapter.engine_keys) through its environment, never its command line, so
+the key shows in no process listing and in no stored command.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import httpx
+
+from builtin_engine.api_key import API_KEY_ENV
+from engine_adapter import engine_keys
 
 log = logging.getLogger("inferplane.supervisor")
 
@@ -58,6 +63,8 @@ class EngineSpec:
             flag = "--" + key.replace("_", "-")
             if value is True:
                 cmd.append(flag)
+            elif isinstance(value, (list, tuple)):  # e.g. lora_roots: [dir, dir]
+                cmd += [flag, ",".join(str(v) for v in value)]
             elif value not in (False, None):
                 cmd += [flag, str(value)]
         return cmd
@@ -74,9 +81,13 @@ class EngineProcess:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(API_KEY_ENV, None)  # never inherit another engine's key
+        if (key := engine_keys.key_for(self.spec.url)) is not None:
+            env[API_KEY_ENV] = key
         self.proc = await asyncio.create_subprocess_exec(
             *self.spec.command(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            preexec_fn=_die_with_parent, env=env)
         self._pump = asyncio.create_task(self._relay_output())
 
     async def _relay_output(self) -> None:

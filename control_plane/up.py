@@ -88,26 +88,50 @@ async def _usage_to_sql(app, sessions):
 
 
 def _server(app, settings: Settings) -> uvicorn.Server:
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                            http="httptools", loop="none", lifespan="on",
+    from builtin_engine.connections import uvicorn_config
+
+    config = uvicorn_config(app, settings.server.limits(), host=settings.host, port=settings.port,
+                            log_level="warning", loop="none", lifespan="on",
                             timeout_graceful_shutdown=10)
     return uvicorn.Server(config)
 
 
-async def _up(settings: Settings) -> None:
+def _listen(settings: Settings):
+    """The server's socket, bound before anything loads; None (after saying why) when the
+    port is taken, so no engine starts and nothing claims to be ready."""
+    from builtin_engine.connections import PortInUse, listen_socket
+
+    try:
+        return listen_socket(settings.host, settings.port)
+    except PortInUse as exc:
+        say(f"error: {exc}")
+        return None
+
+
+def _engine_keys(settings: Settings, create: bool) -> None:
+    """Every process that starts or calls builtin engines derives their keys from one secret."""
+    from engine_adapter import engine_keys
+
+    engine_keys.configure(settings.engine_secret
+                          or engine_keys.load_secret(settings.data_dir, create=create))
+
+
+async def _up(settings: Settings, sock) -> None:
     from .snapshots import SnapshotSource
 
+    _engine_keys(settings, create=True)
     sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
         app, controller = _build_app(settings, sessions, snapshots, fleet.tiers)
+        fleet.health.export_to(app.state.gateway.metrics.registry)
         fleet.run(controller.run())
         if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
         async with _usage_to_sql(app, sessions):
             say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
                 f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
-            await _server(app, settings).serve()
+            await _server(app, settings).serve(sockets=[sock])
 
 
 def _run(main) -> int:
@@ -127,15 +151,17 @@ def _run(main) -> int:
 
 
 def run_up(settings: Settings) -> int:
-    return _run(_up(settings))
+    sock = _listen(settings)
+    return 1 if sock is None else _run(_up(settings, sock))
 
 
-async def _gateway(settings: Settings) -> None:
+async def _gateway(settings: Settings, sock) -> None:
     from registry.db import make_session_factory
 
     from .snapshots import SnapshotSource
 
     # Replicas read the registry the control plane migrates and writes; they never change it.
+    _engine_keys(settings, create=False)
     sessions = make_session_factory(settings.resolved_database_url())
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     snapshots.refresh()
@@ -144,7 +170,7 @@ async def _gateway(settings: Settings) -> None:
         from gateway.app import create_gateway_app
         app = create_gateway_app(_gateway_settings(settings), snapshots)
         async with _usage_to_sql(app, sessions):
-            await _server(app, settings).serve()
+            await _server(app, settings).serve(sockets=[sock])
     finally:
         task.cancel()
 
@@ -152,7 +178,8 @@ async def _gateway(settings: Settings) -> None:
 def run_gateway(settings: Settings, workers: int = 1) -> int:
     if workers > 1:
         say("run one process per replica (e.g. several `inferplane gateway` behind a balancer)")
-    return _run(_gateway(settings))
+    sock = _listen(settings)
+    return 1 if sock is None else _run(_gateway(settings, sock))
 
 
 def _gateway_metrics(settings: Settings, registry):
@@ -166,12 +193,12 @@ def _gateway_metrics(settings: Settings, registry):
     return RegistryMetricsSource(registry)
 
 
-async def _control_plane(settings: Settings) -> None:
+async def _control_plane(settings: Settings, sock) -> None:
     from .leader import LeaderLock
 
     leader = LeaderLock(settings.resolved_database_url())
     await leader.acquire(on_wait=lambda: say("standby: another control plane leads"))
-    server = asyncio.create_task(_lead_control_plane(settings))
+    server = asyncio.create_task(_lead_control_plane(settings, sock))
     lost = asyncio.create_task(leader.hold())
     try:
         done, _ = await asyncio.wait({server, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -186,7 +213,7 @@ async def _control_plane(settings: Settings) -> None:
         leader.release()
 
 
-async def _lead_control_plane(settings: Settings) -> None:
+async def _lead_control_plane(settings: Settings, sock) -> None:
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry, make_asgi_app
 
@@ -196,12 +223,14 @@ async def _lead_control_plane(settings: Settings) -> None:
     from .rollouts import RolloutController
     from .snapshots import SnapshotSource
 
+    _engine_keys(settings, create=True)
     sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
         app = FastAPI(title="Inferplane control plane")
         install_auth(app, _gateway_settings(settings), snapshots)
         registry = CollectorRegistry()
+        fleet.health.export_to(registry)
         controller = _mount_control_plane(
             app, sessions, snapshots, registry, fleet.tiers,
             lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
@@ -212,8 +241,9 @@ async def _lead_control_plane(settings: Settings) -> None:
         fleet.run(controller.run())
         if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
-        await _server(app, settings).serve()
+        await _server(app, settings).serve(sockets=[sock])
 
 
 def run_control_plane(settings: Settings) -> int:
-    return _run(_control_plane(settings))
+    sock = _listen(settings)
+    return 1 if sock is None else _run(_control_plane(settings, sock))

@@ -5,9 +5,13 @@ __all__ = ["EngineAdapter", "EngineError", "EngineStream", "LoadView", "create_a
 
 
 def create_adapter(url: str, engine: str, client=None, timeouts=None, api_key=None) -> EngineAdapter:
-    """The adapter for one backend: hosted providers ("litellm") via the SDK, the rest via HTTP."""
+    """The adapter for one backend: hosted providers ("litellm") via the SDK, the rest via HTTP.
+    A builtin engine is called with its derived key (engine_keys) unless `api_key` is given."""
+    from engine_adapter import engine_keys
     from engine_adapter.openai_http import OpenAIHTTPAdapter, Timeouts
 
+    if api_key is None and engine == "builtin":
+        api_key = engine_keys.key_for(url)
     if engine in ("litellm", "hosted"):
         from engine_adapter.litellm_adapter import LiteLLMAdapter
 

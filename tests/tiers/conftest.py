@@ -64,7 +64,7 @@ def adapter_engine(tmp_path):
     """A simulated engine with the runtime LoRA routes (2 slots); yields its OpenAI base URL."""
     port = free_port()
     args = ["-m", "builtin_engine", "serve", "--served-model-name", "base", "--port", str(port),
-            "--model", SIM_MODEL, "--max-loras", "2"]
+            "--model", SIM_MODEL, "--max-loras", "2", "--lora-roots", str(tmp_path)]
     for key, value in SIM_ARGS.items():
         flag = "--" + key.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]

@@ -1,0 +1,243 @@
+"""Connection hygiene for every uvicorn server the product runs (gateway, control plane, engine).
+
+uvicorn closes an idle keep-alive connection only after it has answered a request on it: a
+connection that never sends a byte, or stops half-way through its headers, stays open for
+ever, and enough of them exhaust the process's file descriptors. `uvicorn_config(app, limits,
+host=..., port=...)` returns a uvicorn.Config whose HTTP protocol adds
+
+- a header timeout: a connection must complete each request's headers within
+  `header_timeout_s` of connecting (or of its previous answer), else it is closed;
+- a connection cap: past `max_connections` open connections a new one is answered 503 in the
+  OpenAI error shape and closed at once, so descriptors never run out;
+
+and whose app is wrapped by `BodyLimit`: a body over `max_body_bytes` is answered 413 (from its
+content-length, or while a chunked body arrives), and a body that stalls for `body_timeout_s`
+is answered 408. Every limit that is hit is logged (at most once per second per kind, with the
+count since the last line, so a flood does not flood the log). `raise_fd_limit()` lifts the
+soft RLIMIT_NOFILE to the hard one. `listen_socket(host, port)` binds the port up front, so a
+server finds a port in use before it loads anything, and keeps it until uvicorn serves on it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import socket
+import time
+from dataclasses import dataclass
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("inferplane.connections")
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    keep_alive_s: float = 5.0         # idle time allowed between requests on one connection
+    header_timeout_s: float = 10.0    # time allowed to send a request's headers
+    body_timeout_s: float = 30.0      # longest pause while a request body arrives
+    max_connections: int = 4096       # open connections; more are answered 503 and closed
+    max_body_bytes: int = 8 * 1024 * 1024
+
+
+def error_body(message: str, kind: str, code: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None,
+                                   "code": code}})
+
+
+class _Throttled:
+    """One log line per second at most for one kind of event, with how many happened."""
+
+    def __init__(self, template: str):
+        self.template, self.count, self.last = template, 0, 0.0
+
+    def hit(self, *args) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            log.warning(self.template + " (%d since the last report)", *args, self.count)
+            self.count, self.last = 0, now
+
+
+def _refusal(status: str, body: bytes) -> bytes:
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with a header timeout and a connection cap."""
+    refused = _Throttled("refused a connection: %d connections are open (max_connections)")
+    timed_out = _Throttled("closed a connection that sent no complete request headers "
+                           "within %.0fs (header_timeout_s)")
+    busy = _refusal("503 Service Unavailable", error_body(
+        "the server has too many open connections; retry shortly", "service_unavailable",
+        "too_many_connections"))
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                refused.hit(len(self.connections) - 1)
+                transport.write(busy)
+                transport.close()
+                return
+            self._arm_header_timer()
+
+        def _arm_header_timer(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(limits.header_timeout_s,
+                                                          self._headers_late)
+
+        def _disarm_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                timed_out.hit(limits.header_timeout_s)
+                self.transport.close()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm_header_timer()
+
+        def on_headers_complete(self) -> None:
+            self._disarm_header_timer()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_header_timer()
+            super().connection_lost(exc)
+
+    return GuardedHttpToolsProtocol
+
+
+class BodyLimit:
+    """ASGI middleware: 413 past `max_bytes`, 408 when the body stalls for `timeout_s`."""
+
+    def __init__(self, app, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+        self._too_large = _Throttled("refused a request body over %d bytes (max_body_bytes)")
+        self._stalled = _Throttled("refused a request body that stalled for %.0fs "
+                                   "(body_timeout_s)")
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            self._too_large.hit(self.max_bytes)
+            return await _refuse(send, 413, f"the request body is over {self.max_bytes} bytes",
+                                 "invalid_request_error")
+        body_done, seen = False, 0
+
+        async def guarded_receive():
+            nonlocal body_done, seen
+            if body_done:  # afterwards receive only reports a disconnect: no deadline
+                return await receive()
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                self._stalled.hit(self.timeout_s)
+                raise _BodyRefused(408, f"the request body stalled for {self.timeout_s:.0f}s",
+                                   "timeout_error") from None
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    self._too_large.hit(self.max_bytes)
+                    raise _BodyRefused(413, f"the request body is over {self.max_bytes} bytes",
+                                       "invalid_request_error")
+                body_done = not message.get("more_body", False)
+            return message
+
+        started = False
+
+        async def tracked_send(message):
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, tracked_send)
+        except _BodyRefused as exc:
+            if started:  # the answer is under way: nothing left to do but drop it
+                raise
+            await _refuse(send, exc.status, exc.message, exc.kind)
+
+
+async def _refuse(send, status: int, message: str, kind: str) -> None:
+    code = "body_too_large" if status == 413 else "body_timeout"
+    body = error_body(message, kind, code)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _BodyRefused(Exception):
+    def __init__(self, status: int, message: str, kind: str):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _content_length(scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the HTTP parser refuses it before the app runs
+    return None
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft open-files limit to the hard one; returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def uvicorn_config(app, limits: ConnectionLimits, **kwargs):
+    """uvicorn.Config for `app` with the limits applied (kwargs: host, port, loop, ...)."""
+    import uvicorn
+
+    raise_fd_limit()
+    return uvicorn.Config(BodyLimit(app, limits.max_body_bytes, limits.body_timeout_s),
+                          http=guarded_protocol(limits), timeout_keep_alive=limits.keep_alive_s,
+                          **kwargs)
+
+
+class PortInUse(OSError):
+    """The address a server should listen on cannot be bound."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening socket for (host, port); PortInUse with a clear message otherwise.
+    Serve on it with `uvicorn.Server(config).run(sockets=[sock])`."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror} (is another server "
+                        "running there? choose another --port)") from None
+    return sock

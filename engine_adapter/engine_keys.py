@@ -1,0 +1,58 @@
+"""API keys of the builtin engines a control plane starts: one per engine, derived from a secret.
+
+Each engine's key is HMAC-SHA256(secret, "host:port") of the address it listens on, so the
+supervisor that starts an engine and every gateway or controller that calls it compute the same
+key without storing or sending it anywhere; a key seen on one engine opens no other. The
+secret lives in `<data_dir>/engine.secret` (mode 0600, made by `inferplane up` or
+`inferplane control-plane` on first start) or comes from the `engine_secret` setting.
+
+    configure(secret)                   # once per process, at start-up
+    key_for("http://127.0.0.1:8101/v1") # -> hex key, or None when no secret is configured
+    headers_for(url)                    # -> {"authorization": "Bearer ..."} or {}
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+SECRET_FILE = "engine.secret"
+_secret: bytes | None = None
+
+
+def configure(secret: str | None) -> None:
+    """Set (or with None, clear) the process's engine secret."""
+    global _secret
+    _secret = secret.encode() if secret else None
+
+
+def key_for(url: str) -> str | None:
+    if _secret is None:
+        return None
+    parts = urlsplit(url)
+    address = f"{(parts.hostname or '').lower()}:{parts.port or 80}"
+    return hmac.new(_secret, address.encode(), hashlib.sha256).hexdigest()
+
+
+def headers_for(url: str) -> dict[str, str]:
+    key = key_for(url)
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def load_secret(data_dir: str | os.PathLike, create: bool) -> str | None:
+    """The secret in `data_dir`; with `create`, a new random one is written first if none is."""
+    path = Path(data_dir) / SECRET_FILE
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile: use theirs
+            return path.read_text().strip() or None
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip() or None
