@@ -22,13 +22,19 @@ setup: $(STAMP)
 serve: setup
 	$(VENV)/bin/inferplane up $(ARGS)
 
-# promtool and prometheus (Debian package `prometheus`) back the alert-rule tests.
+# promtool and prometheus (Debian package `prometheus`) back the alert-rule tests; amtool and
+# alertmanager (`prometheus-alertmanager`) the alert-delivery tests.
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "==> installing prometheus (promtool) from Debian packages"; \
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install the 'prometheus' package" >&2; exit 1; fi; }
+	@command -v amtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "==> installing prometheus-alertmanager (amtool) from Debian packages"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; \
+	  else echo "amtool missing: install the 'prometheus-alertmanager' package" >&2; exit 1; fi; }
 
 test: setup tools
 	$(PY) -m pytest -q $(ARGS)
