@@ -1,16 +1,20 @@
-"""Usage from the gateway into SQL: per-minute buckets per key and model, spend charged."""
+"""Usage from the gateway into SQL: per-minute buckets per key and model (and their hourly
+rollup), spend charged, and one request-log row per request (kept for a retention period)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.orm import sessionmaker
 
 from gateway.usage import UsageWriter
 from gateway.usage_record import UsageRecord as GatewayUsage
 from registry.access_queries import UsageRecord, record_usage
+from registry.request_log import append_requests, prune_requests
+from registry.usage_rollup import add_to_hourly
 
 BUCKET_S = 60
+REQUEST_RETENTION_S = 7 * 24 * 3600  # request-log rows older than this are pruned
 
 
 def _bucket(ts: float) -> datetime:
@@ -36,8 +40,25 @@ def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
                         cost=a[4]) for (b, k, t, m), a in sums.items()]
 
 
-def sql_usage_writer(sessions: sessionmaker) -> UsageWriter:
+def request_rows(records: list[GatewayUsage]) -> list[dict]:
+    """The request-log rows of a batch (metadata only)."""
+    return [{"created_at": datetime.fromtimestamp(r.created_at, tz=timezone.utc),
+             "request_id": r.request_id[:64], "trace_id": r.trace_id, "key_id": _key_id(r.key_id),
+             "team": r.team, "model": r.model, "version": r.version,
+             "backend": None if r.backend is None else str(r.backend)[:100], "status": r.status,
+             "http_status": r.http_status, "stream": r.stream, "prompt_tokens": r.prompt_tokens,
+             "completion_tokens": r.completion_tokens, "cost": r.cost_usd,
+             "latency_ms": r.latency_ms, "ttft_ms": r.ttft_ms} for r in records]
+
+
+def sql_usage_writer(sessions: sessionmaker,
+                     request_retention_s: float = REQUEST_RETENTION_S) -> UsageWriter:
     def sink(batch: list[GatewayUsage]) -> None:
+        buckets = aggregate(batch)
         with sessions.begin() as session:
-            record_usage(session, aggregate(batch))
+            record_usage(session, buckets)
+            add_to_hourly(session, buckets)
+            append_requests(session, request_rows(batch))
+            prune_requests(session, datetime.now(timezone.utc)
+                           - timedelta(seconds=request_retention_s))
     return UsageWriter(sink)

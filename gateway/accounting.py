@@ -11,6 +11,7 @@ import uuid
 
 from gateway.request_context import current_request_id
 from gateway.state import GatewayState
+from gateway.tracing import current_trace_id
 from gateway.usage_record import UsageRecord
 
 log = logging.getLogger("inferplane.gateway.access")
@@ -149,13 +150,15 @@ class Accounting:
             "backend": backend.id if backend is not None else None,
             "tokens": prompt + completion, "latency_ms": round(duration * 1000, 1)})
         self.state.emit_usage(UsageRecord(
-            request_id=uuid.uuid4().hex, key_id=self.principal.key_id, team=self.principal.team,
+            request_id=current_request_id() or uuid.uuid4().hex, key_id=self.principal.key_id,
+            team=self.principal.team,
             model=model, version=None if version == "none" else version,
             backend=backend.id if backend is not None else None, prompt_tokens=prompt,
             completion_tokens=completion, cost_usd=cost, latency_ms=duration * 1000,
             ttft_ms=None if self.first_token_at is None else
             (self.first_token_at - self.started) * 1000,
-            status=status, http_status=self.status, stream=self.stream))
+            status=status, http_status=self.status, stream=self.stream,
+            trace_id=current_trace_id()))
 
     def tokens(self) -> tuple[int, int]:
         """Engine-reported usage; estimates when the engine reported none."""

@@ -23,3 +23,4 @@ class UsageRecord:
     http_status: int = 200
     stream: bool = False
     created_at: float = field(default_factory=time.time)
+    trace_id: str | None = None

@@ -10,9 +10,11 @@ from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import adapters, aliases, audit, backends, keys, models, slos, teams, versions
+from . import requests, usage, whoami
 from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
-ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit)
+ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,
+                  usage, requests, whoami)
 
 
 def build_admin_router(session_factory: sessionmaker[Session], snapshot_source,

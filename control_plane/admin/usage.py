@@ -1,0 +1,168 @@
+"""/admin/v1/usage: requests, errors, tokens and spend over a time range, grouped by any of
+team, key, model and day (UTC).
+
+    GET /admin/v1/usage?group_by=team,day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z
+
+Whole hours are read from the hourly rollup and only the ragged ends of the range from the
+per-minute buckets, so a month over millions of minute rows reads a few thousand rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from gateway.auth import Principal
+from gateway.errors import OpenAIError
+from registry.access_queries import ADDITIVE
+from registry.models import Usage
+from registry.usage_rollup import UsageHourly, hour_of
+
+from .common import AdminContext, operator
+
+GROUPS = ("team", "key", "model", "day")
+MAX_RANGE = timedelta(days=400)
+DEFAULT_RANGE = timedelta(days=30)
+
+
+class UsageRow(BaseModel):
+    team: str | None = None
+    key_id: int | None = None
+    model: str | None = None
+    day: str | None = None
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost: float
+
+
+class UsageReport(BaseModel):
+    object: str = "usage_report"
+    group_by: list[str]
+    since: datetime
+    until: datetime
+    data: list[UsageRow]
+    totals: UsageRow
+
+
+def parse_group_by(raw: str) -> list[str]:
+    fields = [f.strip() for f in raw.split(",") if f.strip()]
+    bad = [f for f in fields if f not in GROUPS]
+    if bad or len(set(fields)) != len(fields):
+        raise OpenAIError(400, f"group_by takes distinct comma-separated fields from "
+                          f"{', '.join(GROUPS)}; got {raw!r}", param="group_by",
+                          code="invalid_value")
+    return fields
+
+
+def utc(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
+    until = utc(until) if until else datetime.now(timezone.utc)
+    since = utc(since) if since else until - DEFAULT_RANGE
+    if since >= until:
+        raise OpenAIError(400, "since must be before until", param="since", code="invalid_value")
+    if until - since > MAX_RANGE:
+        raise OpenAIError(400, f"the range may span at most {MAX_RANGE.days} days",
+                          param="since", code="invalid_value")
+    return since, until
+
+
+def _day(column, dialect: str):
+    if dialect == "sqlite":
+        return func.substr(column, 1, 10)  # SQLite stores "YYYY-MM-DD HH:MM:SS.ffffff"
+    return func.to_char(column, "YYYY-MM-DD")
+
+
+def _grouped(session: Session, table, ts, where, groups: list[str]) -> list[tuple]:
+    dialect = session.get_bind().dialect.name
+    columns = {"team": table.team, "key": table.key_id, "model": table.model,
+               "day": _day(ts, dialect)}
+    keys = [columns[g].label(g) for g in groups]
+    sums = [func.coalesce(func.sum(getattr(table, f)), 0) for f in ADDITIVE]
+    stmt = select(*keys, *sums).where(where)
+    if keys:
+        stmt = stmt.group_by(*keys)
+    return session.execute(stmt).all()
+
+
+def usage_report(session: Session, since: datetime, until: datetime, groups: list[str],
+                 filters: dict[str, Any]) -> dict[str, Any]:
+    """Sums per group over [since, until): the hourly rollup for whole hours inside the range,
+    minute buckets for the ends."""
+    first_hour = hour_of(since) + (timedelta(hours=1) if since != hour_of(since) else timedelta())
+    last_hour = hour_of(until)
+    parts: list[tuple] = []
+    minute = Usage.bucket_start
+    if first_hour < last_hour:
+        hourly = and_(UsageHourly.hour_start >= first_hour, UsageHourly.hour_start < last_hour,
+                      *_filters(UsageHourly, filters))
+        parts += _grouped(session, UsageHourly, UsageHourly.hour_start, hourly, groups)
+        edges = or_(and_(minute >= since, minute < first_hour),
+                    and_(minute >= last_hour, minute < until))
+    else:
+        edges = and_(minute >= since, minute < until)
+    parts += _grouped(session, Usage, minute, and_(edges, *_filters(Usage, filters)), groups)
+    return _merge(parts, groups, since, until)
+
+
+def _filters(table, filters: dict[str, Any]) -> list:
+    columns = {"team": table.team, "key_id": table.key_id, "model": table.model}
+    return [columns[name] == value for name, value in filters.items() if value is not None]
+
+
+def _merge(parts: list[tuple], groups: list[str], since, until) -> dict[str, Any]:
+    sums: dict[tuple, list[float]] = defaultdict(lambda: [0] * len(ADDITIVE))
+    for row in parts:
+        acc = sums[tuple(row[:len(groups)])]
+        for i, value in enumerate(row[len(groups):]):
+            acc[i] += value or 0
+    names = ["key_id" if g == "key" else g for g in groups]
+    data = [{**dict(zip(names, key)), **_values(acc)} for key, acc in sorted(
+        sums.items(), key=lambda kv: tuple("" if v is None else str(v) for v in kv[0]))]
+    totals = [sum(acc[i] for acc in sums.values()) for i in range(len(ADDITIVE))]
+    return {"object": "usage_report", "group_by": groups, "since": since, "until": until,
+            "data": data, "totals": _values(totals)}
+
+
+def _values(acc: list[float]) -> dict[str, Any]:
+    out = {f: int(v) for f, v in zip(ADDITIVE, acc)}
+    out["cost"] = round(float(acc[ADDITIVE.index("cost")]), 10)
+    return out
+
+
+def build_router(ctx: AdminContext) -> APIRouter:
+    router = APIRouter(prefix="/usage", tags=["admin: usage"])
+
+    @router.get("", response_model=UsageReport, response_model_exclude_unset=True,
+                responses={400: {"description": "bad group_by or time range"},
+                           403: {"description": "needs the operator role"}})
+    def get_usage(
+        group_by: Annotated[str, Query(max_length=100, description="comma-separated: "
+                                       "team, key, model, day; empty = totals only")] = "",
+        since: Annotated[datetime | None, Query(description="start (inclusive, ISO 8601); "
+                                                 "default: 30 days before until")] = None,
+        until: Annotated[datetime | None, Query(description="end (exclusive); default: now")]
+        = None,
+        team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        key_id: Annotated[int | None, Query(ge=1)] = None,
+        model: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        _: Principal = Depends(operator),
+    ):
+        groups = parse_group_by(group_by)
+        start, end = time_range(since, until)
+        with ctx.read() as session:
+            return usage_report(session, start, end, groups,
+                                {"team": team, "key_id": key_id, "model": model})
+
+    return router
