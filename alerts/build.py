@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # shared vocabularies (gateway.*)
 
 from rule_model import RuleConfig  # noqa: E402
 from service_rules import service_rule_files  # noqa: E402

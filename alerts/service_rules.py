@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from rule_model import ENGINE_JOB, GATEWAY_JOB, Alert, RuleConfig, group, number
 
+from gateway.breaker import BreakerState
+
 GW = f'job="{GATEWAY_JOB}"'
 ENGINE = f'job="{ENGINE_JOB}"'
 # Rejection reasons that mean "a caller hit its quota", as opposed to overload.
 RATE_LIMIT_REASONS = "rate_limit|rpm|tpm|budget"
-BREAKER_OPEN = 2
+BREAKER_OPEN = BreakerState.OPEN.code
 ROLLOUT_PROGRESSING, ROLLOUT_ABORTING = 1, 5
 
 
@@ -23,7 +25,9 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
         ),
         Alert(
             name="InferplaneNoHealthyBackend",
-            expr=f"max by (model) (inferplane_backend_healthy{{{GW}}}) == 0",
+            # No job selector: the control plane's health prober exports it (under
+            # `inferplane up` the gateway's job does).
+            expr="max by (model) (inferplane_backend_healthy) == 0",
             for_="1m", severity="page",
             summary="Model {{ $labels.model }} has no healthy backend",
             description=("Every backend of {{ $labels.model }} fails its health check; requests "

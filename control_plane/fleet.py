@@ -35,6 +35,7 @@ def prepare_database(settings: Settings):
 @dataclass
 class Fleet:
     tiers: object  # control_plane.tiers.TierManager
+    health: object = None  # control_plane.health.HealthProber
     tasks: list[asyncio.Task] = field(default_factory=list)
 
     def run(self, coro) -> None:
@@ -46,6 +47,7 @@ class Fleet:
 async def running_fleet(settings: Settings, sessions, snapshots):
     """Register the configured models, start their hot builtin engines (waiting until they
     are ready), then keep tiers, health and the snapshot fresh until the block exits."""
+    from .backend_allowlist import BackendAllowlist
     from .bootstrap import register_models, set_backend_state
     from .health import HealthProber
     from .supervisor import EngineSupervisor
@@ -69,7 +71,10 @@ async def running_fleet(settings: Settings, sessions, snapshots):
         snapshots.refresh()
         fleet.run(snapshots.run())
         fleet.run(tiers.run())
-        fleet.run(HealthProber(sessions, on_change=snapshots.refresh).run())
+        fleet.health = HealthProber(sessions, on_change=snapshots.refresh,
+                                    allowlist=BackendAllowlist.from_networks(
+                                        settings.backends.allowed_networks))
+        fleet.run(fleet.health.run())
         yield fleet
     finally:
         for task in fleet.tasks:

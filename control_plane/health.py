@@ -3,6 +3,11 @@
 Managed builtin engines report through the supervisor; every other backend is probed here:
 GET {base}/models must answer 200 within the timeout, `failures_to_down` misses mark it down,
 one success marks it ready again. State changes go to the registry (which bumps the snapshot).
+Every probe first passes the backend allowlist (control_plane.backend_allowlist), with the
+host resolved then and the checked address connected to: a refused backend is never contacted
+and counts as a miss.
+After every round, inferplane_backend_healthy is set for every registered backend once a
+registry to export it in is given (`prober.export_to(registry)`).
 """
 from __future__ import annotations
 
@@ -16,17 +21,29 @@ from sqlalchemy.orm import sessionmaker
 
 from registry.models import Backend
 
+from registry.errors import InvalidError
+
+from .backend_allowlist import DEFAULT, BackendAllowlist
 from .bootstrap import set_backend_state
+from .health_gauge import BackendHealthGauge
 
 log = logging.getLogger("inferplane.health")
 
 
 class HealthProber:
     def __init__(self, sessions: sessionmaker, on_change: Callable[[], None],
-                 interval_s: float = 2.0, timeout_s: float = 2.0, failures_to_down: int = 2):
-        self.sessions, self.on_change = sessions, on_change
+                 interval_s: float = 2.0, timeout_s: float = 2.0, failures_to_down: int = 2,
+                 allowlist: BackendAllowlist = DEFAULT):
+        self.sessions, self.on_change, self.allowlist = sessions, on_change, allowlist
+        self._refused: set[str] = set()  # URLs whose refusal was logged
         self.interval_s, self.timeout_s, self.failures_to_down = interval_s, timeout_s, failures_to_down
         self._misses: dict[str, int] = {}
+        self.gauge: BackendHealthGauge | None = None
+
+    def export_to(self, registry) -> None:
+        """Serve inferplane_backend_healthy in `registry`, set at once and after every round."""
+        self.gauge = BackendHealthGauge(registry)
+        self.gauge.publish(self.gauge.read(self.sessions))
 
     def _targets(self) -> list[tuple[str, str]]:
         with self.sessions() as session:
@@ -47,10 +64,23 @@ class HealthProber:
                                                    None if healthy else "health probe failed")
         if changed:
             self.on_change()
+        if self.gauge is not None:
+            self.gauge.publish(await asyncio.to_thread(self.gauge.read, self.sessions))
 
     async def _probe(self, client: httpx.AsyncClient, url: str) -> bool:
         try:
-            return (await client.get(url + "/models", timeout=self.timeout_s)).status_code == 200
+            target = await asyncio.to_thread(self.allowlist.pin, url)
+        except InvalidError as exc:
+            if url not in self._refused:
+                self._refused.add(url)
+                log.warning("backend %s is not probed: %s", url, exc.message)
+            return False
+        self._refused.discard(url)
+        headers = {"host": target.host_header} if target.host_header else None
+        try:
+            response = await client.get(target.url + "/models", timeout=self.timeout_s,
+                                        headers=headers)
+            return response.status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -38,6 +38,7 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
 
     app = create_gateway_app(_gateway_settings(settings), snapshots)
     app.state.gateway.cold_starter = InProcessColdStarter(tiers, snapshots)
+    app.state.backend_allowlist = _allowlist(settings)
     registry = app.state.gateway.metrics.registry
     controller = _mount_control_plane(app, sessions, snapshots, registry, tiers,
                                       lambda slo: RolloutController(
@@ -106,6 +107,12 @@ def _listen(settings: Settings):
     except PortInUse as exc:
         say(f"error: {exc}")
         return None
+
+
+def _allowlist(settings: Settings):
+    from .backend_allowlist import BackendAllowlist
+
+    return BackendAllowlist.from_networks(settings.backends.allowed_networks)
 
 
 def _engine_keys(settings: Settings, create: bool) -> None:
@@ -228,6 +235,7 @@ async def _lead_control_plane(settings: Settings, sock) -> None:
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
         app = FastAPI(title="Inferplane control plane")
+        app.state.backend_allowlist = _allowlist(settings)
         install_auth(app, _gateway_settings(settings), snapshots)
         registry = CollectorRegistry()
         fleet.health.export_to(registry)

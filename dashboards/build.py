@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # shared vocabularies (gateway.*)
 
 import engine_fleet  # noqa: E402
 import gateway_overview  # noqa: E402

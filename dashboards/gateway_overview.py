@@ -3,8 +3,15 @@ from __future__ import annotations
 
 from grafana import RATE, dashboard, query_variable, quantiles, stat, target, timeseries
 
+from gateway.breaker import BreakerState
+
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
 SEL_NO_MODEL = 'job=~"$job", instance=~"$instance"'
+# inferplane_backend_healthy comes from the process running the health prober: the control
+# plane's own job in production, the gateway's under `inferplane up`.
+SEL_MODEL_ONLY = 'model=~"$model"'
+BREAKER_COLOURS = {BreakerState.CLOSED: "green", BreakerState.HALF_OPEN: "orange",
+                   BreakerState.OPEN: "red"}
 
 
 def variables() -> list[dict]:
@@ -89,7 +96,6 @@ def admission_panels() -> list[dict]:
 
 
 def backend_panels() -> list[dict]:
-    breaker = {0: ("closed", "green"), 1: ("half-open", "orange"), 2: ("open", "red")}
     return [
         timeseries("In-flight requests by backend", "Requests in progress on each backend.",
                    "short", [target(f"sum by (backend) (inferplane_inflight_requests{{{SEL}}})",
@@ -109,12 +115,12 @@ def backend_panels() -> list[dict]:
                            "fallbacks {{model}}"),
                     target(rate_sum("inferplane_stream_resumes_total", "model"),
                            "resumed {{model}}")]),
-        timeseries("Circuit breaker state", "0 closed, 1 half-open, 2 open.", "none",
+        timeseries("Circuit breaker state", f"{BreakerState.legend()}.", "none",
                    [target(f"max by (backend) (inferplane_circuit_breaker_state{{{SEL_NO_MODEL}}})",
-                           "{{backend}}")], min_value=0, max_value=2,
-                   thresholds=[(0, "green"), (1, "orange"), (2, "red")]),
+                           "{{backend}}")], min_value=0, max_value=BreakerState.OPEN.code,
+                   thresholds=[(s.code, colour) for s, colour in BREAKER_COLOURS.items()]),
         timeseries("Backend health", "1 when the backend passes health checks.", "bool",
-                   [target(f"max by (model, backend) (inferplane_backend_healthy{{{SEL}}})",
+                   [target(f"max by (model, backend) (inferplane_backend_healthy{{{SEL_MODEL_ONLY}}})",
                            "{{model}} {{backend}}")], min_value=0, max_value=1),
         timeseries("Prefix cache hit ratio", "Share of prompt tokens the router expected to "
                    "find in a backend's prefix cache.", "percentunit",

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import install_error_handlers
+from gateway.openapi_doc import install_openapi
 from gateway.logging_setup import configure_logging
 from gateway.request_context import RequestContextMiddleware
 from gateway.tracing import configure_from_settings
@@ -32,6 +33,7 @@ _NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
 def _lifespan(state: GatewayState):
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        state.tasks.append(asyncio.create_task(state.metrics.loop.run(), name="loop-monitor"))
         if state.settings.routing.load_poll_interval_s > 0:
             state.tasks.append(asyncio.create_task(poll_engine_load(state), name="load-poller"))
         if state.settings.gc_freeze:
@@ -63,12 +65,14 @@ def create_gateway_app(settings: GatewaySettings, snapshot_source) -> FastAPI:
     app.state.gateway = state
     app.state.snapshot_source = snapshot_source
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(RequestContextMiddleware)
     for module in (chat, completions, models, health):
         app.include_router(module.router)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
+        state.metrics.follow(state.snapshot, state.router.strategy_name)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

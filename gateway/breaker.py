@@ -22,13 +22,42 @@ of permits issued before the last state change are ignored: they describe the ol
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
-STATE_CODES = {CLOSED: 0, OPEN: 1, HALF_OPEN: 2}    # gauge values for metrics
+
+class BreakerState(enum.StrEnum):
+    """The breaker states, compared as their names ("open" == BreakerState.OPEN).
+
+    `code` is the value of inferplane_circuit_breaker_state; the gauge, the dashboards and
+    the alert rules all read it from here. Codes grow with severity so that `max` over
+    replicas or over a time window shows the worst state seen.
+    """
+
+    CLOSED = "closed"
+    HALF_OPEN = "half_open"
+    OPEN = "open"
+
+    @property
+    def code(self) -> int:
+        return list(BreakerState).index(self)
+
+    @property
+    def label(self) -> str:
+        """Human name for legends and docs: "half-open"."""
+        return self.value.replace("_", "-")
+
+    @classmethod
+    def legend(cls) -> str:
+        """ "0 closed, 1 half-open, 2 open": the gauge's help text and the panel description."""
+        return ", ".join(f"{s.code} {s.label}" for s in cls)
+
+
+CLOSED, HALF_OPEN, OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN
+STATE_CODES = {state: state.code for state in BreakerState}    # gauge values for metrics
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,21 @@
 """The gateway's Prometheus metrics, in their own registry (served at /metrics).
 
 Labels are bounded: model, version, backend, team, strategy, reason — never key or user ids.
+Every labelled family gets its known series (at zero) for each snapshot's models, versions,
+backends and teams and for the vocabularies below, so that `rate()`-based alerts and panels
+see a 0 rather than nothing before the first event:
+
+    metrics = GatewayMetrics()
+    metrics.follow(snapshot, strategy_of)   # on scrape: re-initialises when the version moved
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
+from gateway.breaker import BreakerState
+from gateway.loop_monitor import LoopMonitor
 
 # 5 ms .. 120 s: from a cached short completion to a long generation.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
@@ -13,7 +24,20 @@ TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1
                          0.3, 0.5, 1.0, 2.5)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
-BREAKER_STATE = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
+
+# Label vocabularies initialised at start-up (values outside them still work: their series
+# then appear on first use). Status codes: what the gateway answers, 499 = client went away.
+STATUS_CODES = ("200", "400", "401", "403", "404", "413", "429", "499", "500", "502", "503",
+                "504")
+TOKEN_KINDS = ("prompt", "completion")
+PRIORITIES = ("high", "standard", "batch")
+REJECTION_REASONS = ("rate_limit", "too_large", "budget", "unavailable", "queue_full",
+                     "queue_timeout", "no_backend", "cold_start_timeout")
+UPSTREAM_ERROR_KINDS = ("connect", "timeout", "first_token_timeout", "http_4xx", "http_5xx",
+                        "protocol", "aborted", "breaker_open")
+SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
+NO_TEAM = "none"
+NO_VERSION = "none"
 
 
 class GatewayMetrics:
@@ -41,8 +65,8 @@ class GatewayMetrics:
                                     ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
         self.rejections = Counter("inferplane_rejections_total", "Requests refused before routing",
                                   ["model", "reason"], registry=r)
-        self.breaker_state = Gauge("inferplane_circuit_breaker_state",
-                                   "0 closed, 1 half-open, 2 open", ["backend"], registry=r)
+        self.breaker_state = Gauge("inferplane_circuit_breaker_state", BreakerState.legend(),
+                                   ["backend"], registry=r)
         self.routing_decisions = Counter("inferplane_routing_decisions_total", "Backend picks",
                                          ["model", "strategy", "backend"], registry=r)
         self.prefix_hit_estimate = Gauge("inferplane_prefix_cache_hit_estimate",
@@ -57,8 +81,6 @@ class GatewayMetrics:
         self.upstream_errors = Counter("inferplane_upstream_errors_total", "Engine failures",
                                        ["model", "backend", "kind"], registry=r)
         self.spend = Counter("inferplane_spend_usd", "Spend in USD", ["model", "team"], registry=r)
-        self.backend_healthy = Gauge("inferplane_backend_healthy", "1 when routable",
-                                     ["model", "backend"], registry=r)
         self.stream_resumes = Counter("inferplane_stream_resumes_total",
                                       "Streams continued on another backend mid-way",
                                       ["model", "kind"], registry=r)
@@ -84,6 +106,9 @@ class GatewayMetrics:
         self.shadow_length_ratio = Histogram(
             "inferplane_shadow_length_ratio", "Shadow answer length / primary answer length",
             ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
+        ProcessCollector(registry=r)   # RSS, open fds, CPU: what a leak shows up in first
+        self.loop = LoopMonitor(r)     # its run() is a task of the gateway's lifespan
+        self._followed: int | None = None
 
     def shadow_record(self, record) -> None:
         """Metrics of one finished shadow copy (a gateway.splits.ShadowRecord)."""
@@ -98,4 +123,53 @@ class GatewayMetrics:
                 record.shadow_chars / record.primary_chars)
 
     def set_breaker(self, backend: str, state: str) -> None:
-        self.breaker_state.labels(backend).set(BREAKER_STATE.get(state, 0))
+        self.breaker_state.labels(backend).set(BreakerState(state).code)
+
+    def follow(self, snapshot, strategy_of: Callable[[object], str]) -> None:
+        """Initialise the series of `snapshot` once per snapshot version (cheap to call)."""
+        if snapshot is not None and snapshot.version != self._followed:
+            self.initialise(snapshot, strategy_of)
+            self._followed = snapshot.version
+
+    def initialise(self, snapshot, strategy_of: Callable[[object], str]) -> None:
+        """Create every known series at zero; `.labels()` leaves existing series untouched."""
+        teams = (NO_TEAM, *snapshot.teams)
+        for model in snapshot.models.values():
+            self._initialise_model(model, strategy_of(model), teams)
+
+    def _initialise_model(self, model, strategy: str, teams) -> None:
+        name = model.name
+        versions = {NO_VERSION, *(b.version for b in model.backends if b.version),
+                    *(s.version for s in model.splits)}
+        for version in versions:
+            for family in (self.request_duration, self.ttft, self.tpot, self.shadow_duration,
+                           self.shadow_ttft):
+                family.labels(name, version)
+            for code in STATUS_CODES:
+                self.requests.labels(name, version, code)
+            for kind in TOKEN_KINDS:
+                self.tokens.labels(name, version, kind)
+            for outcome in SHADOW_OUTCOMES:
+                self.shadow_requests.labels(name, version, outcome)
+        for family in (self.itl, self.prefix_lookup_tokens, self.prefix_hit_tokens, self.retries,
+                       self.fallbacks, self.shadow_similarity, self.shadow_length_ratio):
+            family.labels(name)
+        for priority in PRIORITIES:
+            self.queue_depth.labels(name, priority)
+            self.queue_wait.labels(name, priority)
+        for reason in REJECTION_REASONS:
+            self.rejections.labels(name, reason)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.stream_resumes.labels(name, kind)
+        for team in teams:
+            self.spend.labels(name, team)
+        for backend in model.backends:
+            self._initialise_backend(name, backend.id, strategy)
+
+    def _initialise_backend(self, model: str, backend: str, strategy: str) -> None:
+        self.breaker_state.labels(backend)   # 0 = closed, the state a new breaker starts in
+        self.routing_decisions.labels(model, strategy, backend)
+        self.prefix_hit_estimate.labels(model, backend)
+        self.inflight.labels(model, backend)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.upstream_errors.labels(model, backend, kind)

@@ -33,11 +33,12 @@ GATEWAY_METRICS = frozenset({
     "inferplane_circuit_breaker_state", "inferplane_routing_decisions_total",
     "inferplane_prefix_cache_hit_estimate", "inferplane_prefix_lookup_tokens_total",
     "inferplane_prefix_hit_tokens_total", "inferplane_upstream_errors_total",
-    "inferplane_spend_usd_total", "inferplane_backend_healthy", "inferplane_retries_total",
+    "inferplane_spend_usd_total", "inferplane_retries_total",
     "inferplane_fallbacks_total", "inferplane_stream_resumes_total", "inferplane_inflight_requests",
     "inferplane_shadow_requests_total", "inferplane_shadow_similarity",
 })
 CONTROL_PLANE_METRICS = frozenset({
+    "inferplane_backend_healthy",
     "inferplane_rollout_state", "inferplane_rollout_step_started_timestamp_seconds",
     "inferplane_slo_error_budget_remaining",
 })
@@ -138,6 +139,17 @@ def names_from_exposition(text: str) -> set[str]:
         names.add(family.name)
         names.update(family.name + s for s in TYPE_SUFFIXES.get(family.type, ()))
         names.update(sample.name for sample in family.samples)
+    return names
+
+
+def names_with_samples(text: str) -> set[str]:
+    """Family and sample names that have at least one series: what a query can see. A family
+    declared without any labelled child is absent for PromQL, however its HELP reads."""
+    names = set()
+    for family in text_string_to_metric_families(text):
+        if family.samples:
+            names.add(family.name)
+            names.update(sample.name for sample in family.samples)
     return names
 
 

@@ -118,7 +118,7 @@ def test_registry_states_for_metrics(clock):
         run(registry.get("a"), False)
     run(registry.get("b"), True)
     assert registry.states() == {"a": OPEN, "b": CLOSED}
-    assert STATE_CODES[registry.states()["a"]] == 1
+    assert STATE_CODES[registry.states()["a"]] == 2    # the worst state has the highest code
     registry.forget({"b"})
     assert registry.states() == {"b": CLOSED}
 
