@@ -83,6 +83,26 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {first.get('msg')}" if param else str(first.get("msg"))), param
 
 
+def _validation_status(exc: RequestValidationError) -> int:
+    """400 when the request does not match the published schema; 422 when it does but a rule
+    the schema cannot express (a cross-field check, a JSON value no reader could serialise)
+    refuses it: such rules raise ValueError in validators, which pydantic types value_error."""
+    errors = exc.errors()
+    return 422 if errors and all(e.get("type") == "value_error" for e in errors) else 400
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method of every route on this path (Starlette names only the first route's)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "\0"})
+        if match is Match.PARTIAL:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OpenAIError)
     async def _openai_error(_: Request, exc: OpenAIError) -> Response:
@@ -91,12 +111,18 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
         message, param = _validation_message(exc)
-        return OpenAIError(400, message, param=param, code="invalid_request").response()
+        status = _validation_status(exc)
+        return OpenAIError(status, message.replace("Value error, ", ""), param=param,
+                           code="invalid_request" if status == 400 else "invalid_value"
+                           ).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         message = exc.detail if isinstance(exc.detail, str) else orjson.dumps(exc.detail).decode()
-        return OpenAIError(exc.status_code, message, headers=dict(exc.headers or {})).response()
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+        return OpenAIError(exc.status_code, message, headers=headers).response()
 
     @app.exception_handler(Exception)
     async def _unhandled(_: Request, exc: Exception) -> Response:

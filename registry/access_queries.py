@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from registry.errors import ConflictError, InvalidError, NotFoundError
@@ -24,6 +24,32 @@ def get_team(session: Session, name: str) -> Team:
 
 def create_team(session: Session, name: str, **fields: Any) -> Team:
     return create_named(session, Team, name, "team", **fields)
+
+
+def check_team(session: Session, team: str | None) -> None:
+    """A key's team names a row in `teams` (its limits and budget apply to the key)."""
+    if team is not None and session.scalar(select(Team.id).where(Team.name == team)) is None:
+        raise NotFoundError(f"team '{team}' does not exist; create it with POST "
+                            "/admin/v1/teams first", param="team", code="team_not_found")
+
+
+def _active_admins(now: datetime):
+    return select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None),
+                                   or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now))
+
+
+def check_admin_remains(session: Session, key: ApiKey, change: str) -> None:
+    """Refuse to revoke, demote or expire the last active admin key: nobody could manage keys
+    afterwards (409). On PostgreSQL the admin rows are locked first, so two concurrent requests
+    cannot each remove "the other" last admin."""
+    now = utcnow()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_active_admins(now).with_for_update())
+    active = set(session.scalars(_active_admins(now)))
+    if key.id in active and len(active) == 1:
+        raise ConflictError(f"API key {key.id} is the last active admin key and cannot be "
+                            f"{change}; create another admin key first", param="key_id",
+                            code="last_admin")
 
 
 def get_key(session: Session, key_id: int) -> ApiKey:
@@ -144,5 +170,5 @@ def _charge(session: Session, rec: UsageRecord) -> None:
                         .execution_options(synchronize_session=False))
 
 
-__all__ = ["KEY_PREFIX", "UsageRecord", "create_key", "create_team", "get_key", "get_team",
+__all__ = ["KEY_PREFIX", "UsageRecord", "check_admin_remains", "check_team", "create_key", "create_team", "get_key", "get_team",
            "record_usage", "revoke_key", "rotate_key", "spend_since"]

@@ -7,6 +7,8 @@ from typing import Any
 
 from sqlalchemy import inspect
 
+from registry.json_values import readable
+
 HIDDEN_COLUMNS = {"key_hash"}  # never leaves the database, not even into the audit log
 
 
@@ -20,6 +22,8 @@ def as_utc(value: datetime | None) -> datetime | None:
 def _json_value(value: Any) -> Any:
     if isinstance(value, datetime):
         return as_utc(value).isoformat()
+    if isinstance(value, (dict, list, int, float)):
+        return readable(value)  # a JSON column written before values were checked
     return value
 
 

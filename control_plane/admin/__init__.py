@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import adapters, aliases, audit, backends, keys, models, slos, teams, versions
 from . import requests, usage, whoami
+from gateway.openapi_doc import install_openapi
+
 from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,
@@ -33,6 +35,7 @@ def include_admin_routers(app: FastAPI, session_factory: sessionmaker[Session],
     from control_plane.rollouts import include_rollout_routes
 
     install_admin_error_handlers(app)
+    install_openapi(app)
     app.include_router(build_admin_router(session_factory, snapshot_source, slo))
     include_rollout_routes(app, session_factory, snapshot_source, slo)
 

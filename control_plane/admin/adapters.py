@@ -13,13 +13,13 @@ from registry.models import Adapter
 from registry.queries import add_adapter, attach_adapter, detach_adapter, get_adapter, \
     get_backend, get_model
 
-from .common import delete_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, \
-    image, operator, paginate, with_etag
+from .common import PathName, RowId, delete_row, NAME_PATTERN, AdminContext, Body, Page, \
+    PageDep, image, operator, paginate, with_etag
 
 
 class AdapterCreate(Body):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
-    base_version: str | None = None
+    base_version: str | None = Field(None, min_length=1, max_length=100)
     source_uri: str | None = Field(None, max_length=2000)
     rank: int | None = Field(None, ge=1, le=1024)
 
@@ -33,14 +33,14 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/models/{name}/adapters", tags=["admin: adapters"])
 
     @router.get("")
-    def list_adapters(name: str, page: Page = PageDep, _: Principal = Depends(operator)):
+    def list_adapters(name: PathName, page: Page = PageDep, _: Principal = Depends(operator)):
         with ctx.read() as session:
             model = get_model(session, name)
             stmt = select(Adapter).where(Adapter.model_id == model.id).order_by(Adapter.name)
             return paginate(session, stmt, page, render)
 
     @router.post("", status_code=201)
-    def create(name: str, body: AdapterCreate, response: Response,
+    def create(name: PathName, body: AdapterCreate, response: Response,
                who: Principal = Depends(operator)):
         with ctx.change(who, "create", "adapter") as change:
             model = get_model(change.session, name)
@@ -51,20 +51,20 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.get("/{adapter}")
-    def get(name: str, adapter: str, response: Response, _: Principal = Depends(operator)):
+    def get(name: PathName, adapter: PathName, response: Response, _: Principal = Depends(operator)):
         with ctx.read() as session:
             row = get_adapter(session, get_model(session, name), adapter)
             with_etag(response, row)
             return render(row)
 
     @router.delete("/{adapter}", status_code=204)
-    def delete(name: str, adapter: str, request: Request, who: Principal = Depends(operator)):
+    def delete(name: PathName, adapter: PathName, request: Request, who: Principal = Depends(operator)):
         return delete_row(ctx, who, "adapter", f"{name}/{adapter}", f"adapter '{adapter}'",
                           lambda s: get_adapter(s, get_model(s, name), adapter), request,
                           render=render)
 
     @router.put("/{adapter}/backends/{backend_id}")
-    def attach(name: str, adapter: str, backend_id: int, who: Principal = Depends(operator)):
+    def attach(name: PathName, adapter: PathName, backend_id: RowId, who: Principal = Depends(operator)):
         """Record that the backend has the adapter loaded (LoRA-affinity routing uses it)."""
         with ctx.change(who, "attach_adapter", "adapter") as change:
             row = get_adapter(change.session, get_model(change.session, name), adapter)
@@ -75,7 +75,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.delete("/{adapter}/backends/{backend_id}")
-    def detach(name: str, adapter: str, backend_id: int, who: Principal = Depends(operator)):
+    def detach(name: PathName, adapter: PathName, backend_id: RowId, who: Principal = Depends(operator)):
         with ctx.change(who, "detach_adapter", "adapter") as change:
             row = get_adapter(change.session, get_model(change.session, name), adapter)
             backend = get_backend(change.session, backend_id)

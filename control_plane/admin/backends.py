@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, HttpUrl
@@ -12,17 +12,23 @@ from gateway.auth import Principal
 from registry.models import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
 
-from .common import delete_row, patch_row, AdminContext, Body, Page, PageDep, Patch, image, \
-    operator, paginate, with_etag
+from ..backend_allowlist import allowlist_of
+from .common import Name, RowId, delete_row, patch_row, AdminContext, Body, Page, PageDep, \
+    Patch, image, operator, paginate, with_etag
 
 State = Literal["starting", "ready", "down", "draining"]
 Tier = Literal["hot", "warm", "cold"]
 
 
+Command = Field(None, max_length=200, description="argv of a managed engine process")
+VersionLabel = Field(None, min_length=1, max_length=100)
+
+
 class BackendCreate(Body):
-    model: str = Field(min_length=1)
-    version: str | None = None
-    url: HttpUrl = Field(description="OpenAI base URL, e.g. http://10.0.0.5:8000/v1")
+    model: Name
+    version: str | None = VersionLabel
+    url: HttpUrl = Field(description="OpenAI base URL, e.g. http://10.0.0.5:8000/v1",
+                         max_length=500)
     engine: str = Field("openai", min_length=1, max_length=50)
     served_model: str | None = Field(None, max_length=200)
     gpu_type: str | None = Field(None, max_length=50)
@@ -30,18 +36,18 @@ class BackendCreate(Body):
     tier: Tier = "hot"
     state: State = "starting"
     managed: bool = False
-    command: list[str] | None = None
+    command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
 
 
 class BackendPatch(Patch):
-    version: str | None = None
+    version: str | None = VersionLabel
     engine: str = Field(None, min_length=1, max_length=50)
     gpu_type: str | None = Field(None, max_length=50)
     weight: float = Field(None, gt=0, le=1000)
     tier: Tier = None
     state: State = None
-    command: list[str] | None = None
+    command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
 
 
@@ -54,7 +60,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/backends", tags=["admin: backends"])
 
     @router.get("")
-    def list_backends(model: str | None = Query(None), state: State | None = Query(None),
+    def list_backends(model: str | None = Query(None, max_length=200), state: State | None = Query(None),
                       page: Page = PageDep, _: Principal = Depends(operator)):
         with ctx.read() as session:
             stmt = select(Backend).order_by(Backend.id)
@@ -65,7 +71,9 @@ def build_router(ctx: AdminContext) -> APIRouter:
             return paginate(session, stmt, page, render)
 
     @router.post("", status_code=201)
-    def create(body: BackendCreate, response: Response, who: Principal = Depends(operator)):
+    def create(body: BackendCreate, request: Request, response: Response,
+               who: Principal = Depends(operator)):
+        allowlist_of(request.app).check(str(body.url))  # 400 before anything is written
         fields = body.model_dump(exclude={"model", "url", "version"})
         with ctx.change(who, "create", "backend") as change:
             backend = add_backend(change.session, body.model, str(body.url).rstrip("/"),
@@ -75,14 +83,14 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.get("/{backend_id}")
-    def get(backend_id: int, response: Response, _: Principal = Depends(operator)):
+    def get(backend_id: RowId, response: Response, _: Principal = Depends(operator)):
         with ctx.read() as session:
             backend = get_backend(session, backend_id)
             with_etag(response, backend)
             return render(backend)
 
     @router.patch("/{backend_id}")
-    def update(backend_id: int, body: BackendPatch, request: Request, response: Response,
+    def update(backend_id: RowId, body: BackendPatch, request: Request, response: Response,
                who: Principal = Depends(operator)):
         def apply(session, backend, changes):
             if "version" in changes:
@@ -99,7 +107,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
                          render=render, apply=apply)
 
     @router.delete("/{backend_id}", status_code=204)
-    def delete(backend_id: int, request: Request, who: Principal = Depends(operator)):
+    def delete(backend_id: RowId, request: Request, who: Principal = Depends(operator)):
         return delete_row(ctx, who, "backend", backend_id, f"backend {backend_id}",
                           lambda s: get_backend(s, backend_id), request, render=render)
 

@@ -7,26 +7,36 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Query, Request, Response
-from pydantic import BaseModel, ConfigDict
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.orm.exc import StaleDataError
 
 from gateway.auth import Principal, require_role
 from gateway.errors import OpenAIError, install_error_handlers
-from registry.errors import ConflictError, InvalidError, NotFoundError, RegistryError, \
-    check_row_version
+from registry.errors import check_row_version
 from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
+
+from .db_errors import install_db_error_handlers
 
 log = logging.getLogger("inferplane.admin")
 
 ADMIN_PREFIX = "/admin/v1"
 MAX_PAGE = 500
+# Integer columns (ids, limits, row versions) are 32-bit on PostgreSQL: every integer the API
+# accepts fits, so no value can reach the database only to be refused (or overflow) there.
+MAX_INT = 2**31 - 1
+MAX_NAME = 200
+
+RowId = Annotated[int, Path(ge=1, le=MAX_INT, description="numeric id")]
+PathName = Annotated[str, Path(min_length=1, max_length=MAX_NAME)]
+Count = Annotated[int, Field(ge=1, le=MAX_INT)]
+RowVersion = Annotated[int, Field(ge=0, le=MAX_INT)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
+Money = Annotated[float, Field(ge=0, le=1e12)]
 
 operator = require_role("operator")  # admins pass too: roles nest
 admin = require_role("admin")
@@ -35,7 +45,8 @@ admin = require_role("admin")
 class Body(BaseModel):
     """Request bodies reject unknown fields, so a typo is a 400 naming it, not a silent no-op."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN and Infinity (which Python's JSON parser accepts) cannot round-trip through JSON.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass
@@ -90,7 +101,7 @@ def expected_row_version(request: Request, body_value: int | None = None) -> int
     if header is None or header.strip() == "*":
         return body_value
     raw = header.strip().removeprefix("W/").strip('"')
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
         raise OpenAIError(400, f"If-Match must be a row version such as \"3\", got {header!r}",
                           param="If-Match", code="invalid_if_match")
     value = int(raw)
@@ -113,7 +124,7 @@ class Page:
 
 
 def page_params(limit: int = Query(100, ge=1, le=MAX_PAGE),
-                offset: int = Query(0, ge=0)) -> Page:
+                offset: int = Query(0, ge=0, le=MAX_INT)) -> Page:
     return Page(limit, offset)
 
 
@@ -130,40 +141,10 @@ PageDep = Depends(page_params)
 
 # --- error mapping ----------------------------------------------------------------------
 
-_STATUS = {NotFoundError: 404, ConflictError: 409, InvalidError: 400}
-
-
-def _registry_error(_: Request, exc: RegistryError) -> Response:
-    status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
-    kind = "conflict_error" if status == 409 else None
-    return OpenAIError(status, exc.message, type=kind, param=exc.param, code=exc.code).response()
-
-
-def _stale(_: Request, exc: StaleDataError) -> Response:
-    return OpenAIError(409, "the resource was modified concurrently; re-read and retry",
-                       type="conflict_error", code="row_version_mismatch").response()
-
-
-def _integrity(_: Request, exc: IntegrityError) -> Response:
-    # Reached when two requests race past the existence checks; the database decides.
-    log.info("integrity conflict: %s", exc.orig)
-    return OpenAIError(409, "conflicting concurrent change (duplicate or dangling reference); "
-                       "re-read and retry", type="conflict_error", code="conflict").response()
-
-
-def _operational(_: Request, exc: OperationalError) -> Response:
-    log.warning("registry database error: %s", exc.orig)
-    return OpenAIError(503, "registry database unavailable; retry shortly",
-                       code="database_unavailable", headers={"Retry-After": "1"}).response()
-
-
 def install_admin_error_handlers(app: FastAPI) -> None:
     if OpenAIError not in app.exception_handlers:
         install_error_handlers(app)
-    app.add_exception_handler(RegistryError, _registry_error)
-    app.add_exception_handler(StaleDataError, _stale)
-    app.add_exception_handler(IntegrityError, _integrity)
-    app.add_exception_handler(OperationalError, _operational)
+    install_db_error_handlers(app)
 
 
 # --- request bodies ---------------------------------------------------------------------
@@ -176,7 +157,7 @@ class Patch(Body):
     """PATCH bodies: only the fields sent are changed. Fields default to None without being
     Optional, so an explicit null for a required column is rejected by validation."""
 
-    expected_row_version: int | None = None
+    expected_row_version: RowVersion | None = None
 
     def changes(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True, exclude={"expected_row_version"})

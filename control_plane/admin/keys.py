@@ -11,31 +11,38 @@ from pydantic import Field, model_validator
 from sqlalchemy import select
 
 from gateway.auth import Principal
-from registry.access_queries import create_key, get_key, revoke_key, rotate_key
+from registry.access_queries import MIN_SECRET_LEN, check_admin_remains, check_team, \
+    create_key, get_key, revoke_key, rotate_key
 from registry.models import ApiKey
 
 from .budget_status import budget_status
-from .common import BudgetPeriod, patch_row, AdminContext, Body, Page, PageDep, Patch, admin, \
-    image, paginate, with_etag
+from .common import BudgetPeriod, Count, Money, Name, RowId, patch_row, AdminContext, \
+    Body, Page, PageDep, Patch, admin, image, paginate, with_etag
 
 Role = Literal["admin", "operator", "user"]
 Priority = Literal["high", "standard", "batch"]
 
 
+Secret = Field(None, min_length=MIN_SECRET_LEN, max_length=200, pattern=r"^[\x21-\x7e]+$",
+                description="import a known secret instead of generating one")
+Allowlist = Field(None, max_length=1000, description="allowed models (\"<model>\" covers its "
+                  "aliases and adapters; \"<model>:<alias>\" only that one); null = all")
+
+
 class KeyCreate(Body):
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     role: Role = "user"
-    team: str | None = Field(None, min_length=1, max_length=200)
-    models: list[str] | None = Field(None, description="allowed models; null = all")
-    rpm_limit: int | None = Field(None, ge=1)
-    tpm_limit: int | None = Field(None, ge=1)
-    max_budget: float | None = Field(None, ge=0)
+    team: Name | None = Field(None, description="an existing team (POST /admin/v1/teams)")
+    models: list[Name] | None = Allowlist
+    rpm_limit: Count | None = None
+    tpm_limit: Count | None = None
+    max_budget: Money | None = None
     budget_period: BudgetPeriod | None = Field(
         None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
     priority: Priority = "standard"
     expires_at: datetime | None = None
-    expires_in_s: int | None = Field(None, ge=1)
-    secret: str | None = Field(None, description="import a known secret instead of generating")
+    expires_in_s: int | None = Field(None, ge=1, le=100 * 365 * 86400)
+    secret: str | None = Secret
 
     @model_validator(mode="after")
     def _one_expiry(self) -> KeyCreate:
@@ -52,13 +59,13 @@ class KeyCreate(Body):
 
 
 class KeyPatch(Patch):
-    name: str = Field(None, min_length=1, max_length=200)
+    name: Name = None
     role: Role = None
-    team: str | None = Field(None, min_length=1, max_length=200)
-    models: list[str] | None = None
-    rpm_limit: int | None = Field(None, ge=1)
-    tpm_limit: int | None = Field(None, ge=1)
-    max_budget: float | None = Field(None, ge=0)
+    team: Name | None = Field(None, description="an existing team")
+    models: list[Name] | None = Allowlist
+    rpm_limit: Count | None = None
+    tpm_limit: Count | None = None
+    max_budget: Money | None = None
     budget_period: BudgetPeriod | None = Field(
         None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
     priority: Priority = None
@@ -66,7 +73,7 @@ class KeyPatch(Patch):
 
 
 class KeyRotate(Body):
-    secret: str | None = None
+    secret: str | None = Secret
 
 
 def render(key: ApiKey) -> dict[str, Any]:
@@ -77,7 +84,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/keys", tags=["admin: keys"])
 
     @router.get("")
-    def list_keys(team: str | None = Query(None), include_revoked: bool = Query(False),
+    def list_keys(team: str | None = Query(None, max_length=200), include_revoked: bool = Query(False),
                   page: Page = PageDep, _: Principal = Depends(admin)):
         with ctx.read() as session:
             stmt = select(ApiKey).order_by(ApiKey.id)
@@ -91,6 +98,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
     def create(body: KeyCreate, response: Response, who: Principal = Depends(admin)):
         fields = body.model_dump(exclude={"expires_at", "expires_in_s", "secret", "name"})
         with ctx.change(who, "create", "api_key") as change:
+            check_team(change.session, body.team)
             key, secret = create_key(change.session, body.name, expires_at=body.expiry(),
                                      secret=body.secret, **fields)
             change.resource_id, change.after = key.id, render(key)
@@ -98,29 +106,39 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return {**change.after, "secret": secret}
 
     @router.get("/{key_id}")
-    def get(key_id: int, response: Response, _: Principal = Depends(admin)):
+    def get(key_id: RowId, response: Response, _: Principal = Depends(admin)):
         with ctx.read() as session:
             key = get_key(session, key_id)
             with_etag(response, key)
             return {**render(key), "budget": budget_status(session, key, key_id=key.id)}
 
     @router.patch("/{key_id}")
-    def update(key_id: int, body: KeyPatch, request: Request, response: Response,
+    def update(key_id: RowId, body: KeyPatch, request: Request, response: Response,
                who: Principal = Depends(admin)):
+        def apply(session, key, changes):
+            if "team" in changes:
+                check_team(session, changes["team"])
+            if changes.get("role", "admin") != "admin" or changes.get("expires_at"):
+                check_admin_remains(session, key, "demoted" if "role" in changes else "expired")
+            for field, value in changes.items():
+                setattr(key, field, value)
+
         return patch_row(ctx, who, "api_key", key_id, f"API key {key_id}",
-                         lambda s: get_key(s, key_id), body, request, response, render=render)
+                         lambda s: get_key(s, key_id), body, request, response, render=render,
+                         apply=apply)
 
     @router.post("/{key_id}/revoke")
-    def revoke(key_id: int, who: Principal = Depends(admin)):
+    def revoke(key_id: RowId, who: Principal = Depends(admin)):
         with ctx.change(who, "revoke", "api_key") as change:
             key = get_key(change.session, key_id)
             change.resource_id, change.before = key_id, render(key)
+            check_admin_remains(change.session, key, "revoked")
             revoke_key(change.session, key_id)
             change.after = render(key)
         return change.after
 
     @router.post("/{key_id}/rotate")
-    def rotate(key_id: int, body: KeyRotate | None = None, who: Principal = Depends(admin)):
+    def rotate(key_id: RowId, body: KeyRotate | None = None, who: Principal = Depends(admin)):
         with ctx.change(who, "rotate", "api_key") as change:
             key = get_key(change.session, key_id)
             change.resource_id, change.before = key_id, render(key)

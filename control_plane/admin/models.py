@@ -10,12 +10,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gateway.auth import Principal
-from registry.errors import InvalidError
+from registry.dependents import check_model_unused
+from registry.errors import InvalidError, NotFoundError
 from registry.models import Model
 from registry.queries import create_model, get_model
 
-from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, \
-    image, operator, paginate, with_etag
+from .common import MAX_INT, Name, PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, \
+    Body, Page, PageDep, Patch, image, operator, paginate, with_etag
 
 Tier = Literal["hot", "warm", "cold"]
 # The gateway's routing strategies (gateway/routing/router.py); null = the configured default.
@@ -23,25 +24,30 @@ Routing = Literal["round_robin", "least_loaded", "p2c", "weighted", "prefix_awar
                   "lora_affinity", "session_affinity"]
 
 
+ContextLength = Field(None, gt=0, le=MAX_INT)
+Price = Field(None, ge=0, le=1e6, description="USD per 1000 tokens")
+
+
 class ModelCreate(Body):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     description: str = Field("", max_length=10_000)
-    context_length: int | None = Field(None, gt=0)
+    context_length: int | None = ContextLength
     routing: Routing | None = None
-    fallbacks: list[str] = Field(default_factory=list, max_length=20)
+    fallbacks: list[Name] = Field(default_factory=list, max_length=20,
+                                  description="existing models tried when this one fails")
     tier: Tier = "hot"
-    price_in_per_1k: float = Field(0.0, ge=0)
-    price_out_per_1k: float = Field(0.0, ge=0)
+    price_in_per_1k: float = Field(0.0, ge=0, le=1e6)
+    price_out_per_1k: float = Field(0.0, ge=0, le=1e6)
 
 
 class ModelPatch(Patch):
     description: str = Field(None, max_length=10_000)
-    context_length: int | None = Field(None, gt=0)
+    context_length: int | None = ContextLength
     routing: Routing | None = None
-    fallbacks: list[str] = Field(None, max_length=20)
+    fallbacks: list[Name] = Field(None, max_length=20)
     tier: Tier = None
-    price_in_per_1k: float = Field(None, ge=0)
-    price_out_per_1k: float = Field(None, ge=0)
+    price_in_per_1k: float = Price
+    price_out_per_1k: float = Price
 
 
 def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:
@@ -50,7 +56,8 @@ def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:
     known = set(session.scalars(select(Model.name).where(Model.name.in_(fallbacks))))
     missing = [f for f in fallbacks if f not in known]
     if missing:
-        raise InvalidError(f"unknown fallback model(s): {', '.join(missing)}", param="fallbacks")
+        raise NotFoundError(f"unknown fallback model(s): {', '.join(missing)}",
+                            param="fallbacks", code="model_not_found")
 
 
 def build_router(ctx: AdminContext) -> APIRouter:
@@ -71,7 +78,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.get("/{name}")
-    def get(name: str, response: Response, _: Principal = Depends(operator)):
+    def get(name: PathName, response: Response, _: Principal = Depends(operator)):
         with ctx.read() as session:
             model = get_model(session, name)
             with_etag(response, model)
@@ -79,7 +86,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
                          aliases={a.name: a.version.label for a in model.aliases})
 
     @router.patch("/{name}")
-    def update(name: str, body: ModelPatch, request: Request, response: Response,
+    def update(name: PathName, body: ModelPatch, request: Request, response: Response,
                who: Principal = Depends(operator)):
         def apply(session, model, changes):
             if "fallbacks" in changes:
@@ -91,8 +98,12 @@ def build_router(ctx: AdminContext) -> APIRouter:
                          lambda s: get_model(s, name), body, request, response, apply=apply)
 
     @router.delete("/{name}", status_code=204)
-    def delete(name: str, request: Request, who: Principal = Depends(operator)):
-        return delete_row(ctx, who, "model", name, f"model '{name}'",
-                          lambda s: get_model(s, name), request)
+    def delete(name: PathName, request: Request, who: Principal = Depends(operator)):
+        def load(session):
+            model = get_model(session, name)
+            check_model_unused(session, model)
+            return model
+
+        return delete_row(ctx, who, "model", name, f"model '{name}'", load, request)
 
     return router

@@ -15,16 +15,17 @@ from registry.errors import NotFoundError
 from registry.models import Slo
 from registry.queries import get_model
 
-from .common import NAME_PATTERN, AdminContext, Body, Page, PageDep, image, operator, paginate
+from .common import MAX_INT, Name, PathName, RowId, NAME_PATTERN, AdminContext, Body, Page, \
+    PageDep, image, operator, paginate
 
 
 class SloCreate(Body):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
-    model: str | None = None  # None: the objective applies to every model
+    model: Name | None = None  # None: the objective applies to every model
     metric: Literal["availability", "ttft", "latency"]
     objective: float = Field(gt=0, lt=1)
-    threshold_ms: float | None = Field(None, gt=0)
-    window_s: int = Field(30 * 24 * 3600, ge=60)
+    threshold_ms: float | None = Field(None, gt=0, le=86_400_000)
+    window_s: int = Field(30 * 24 * 3600, ge=60, le=MAX_INT)
 
     @model_validator(mode="after")
     def _threshold_for_latency(self) -> "SloCreate":
@@ -44,7 +45,7 @@ def build_router(ctx: AdminContext, slo_tracker=None) -> APIRouter:
     router = APIRouter(tags=["admin: slos"])
 
     @router.get("/slos")
-    def list_slos(model: str | None = Query(None), page: Page = PageDep,
+    def list_slos(model: str | None = Query(None, max_length=200), page: Page = PageDep,
                   _: Principal = Depends(operator)):
         with ctx.read() as session:
             stmt = select(Slo).order_by(Slo.id)
@@ -63,7 +64,7 @@ def build_router(ctx: AdminContext, slo_tracker=None) -> APIRouter:
         return change.after
 
     @router.delete("/slos/{slo_id}", status_code=204)
-    def delete(slo_id: int, who: Principal = Depends(operator)):
+    def delete(slo_id: RowId, who: Principal = Depends(operator)):
         with ctx.change(who, "delete", "slo") as change:
             slo = _get_slo(change.session, slo_id)
             change.resource_id, change.before = slo_id, image(slo)
@@ -71,7 +72,7 @@ def build_router(ctx: AdminContext, slo_tracker=None) -> APIRouter:
         return Response(status_code=204)
 
     @router.get("/models/{name}/error-budget")
-    def error_budget(name: str, _: Principal = Depends(operator)):
+    def error_budget(name: PathName, _: Principal = Depends(operator)):
         if slo_tracker is None:
             raise OpenAIError(503, "no SLO tracker runs in this process", code="slo_unavailable")
         with ctx.read() as session:

@@ -11,23 +11,25 @@ from registry.access_queries import create_team, get_team
 from registry.models import ApiKey, Team
 
 from .budget_status import budget_status
-from .common import BudgetPeriod, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, admin, \
-    image, paginate, with_etag
+from registry.errors import ConflictError
+
+from .common import BudgetPeriod, Count, Money, PathName, delete_row, patch_row, NAME_PATTERN, \
+    AdminContext, Body, Page, PageDep, Patch, admin, image, paginate, with_etag
 
 
 class TeamCreate(Body):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
-    rpm_limit: int | None = Field(None, ge=1)
-    tpm_limit: int | None = Field(None, ge=1)
-    max_budget: float | None = Field(None, ge=0)
+    rpm_limit: Count | None = None
+    tpm_limit: Count | None = None
+    max_budget: Money | None = None
     budget_period: BudgetPeriod | None = Field(
         None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
 
 
 class TeamPatch(Patch):
-    rpm_limit: int | None = Field(None, ge=1)
-    tpm_limit: int | None = Field(None, ge=1)
-    max_budget: float | None = Field(None, ge=0)
+    rpm_limit: Count | None = None
+    tpm_limit: Count | None = None
+    max_budget: Money | None = None
     budget_period: BudgetPeriod | None = Field(
         None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
 
@@ -49,7 +51,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.get("/{name}")
-    def get(name: str, response: Response, _: Principal = Depends(admin)):
+    def get(name: PathName, response: Response, _: Principal = Depends(admin)):
         with ctx.read() as session:
             team = get_team(session, name)
             keys = session.scalar(select(func.count()).where(
@@ -59,14 +61,22 @@ def build_router(ctx: AdminContext) -> APIRouter:
                          budget=budget_status(session, team, team=team.name))
 
     @router.patch("/{name}")
-    def update(name: str, body: TeamPatch, request: Request, response: Response,
+    def update(name: PathName, body: TeamPatch, request: Request, response: Response,
                who: Principal = Depends(admin)):
         return patch_row(ctx, who, "team", name, f"team '{name}'", lambda s: get_team(s, name),
                          body, request, response)
 
     @router.delete("/{name}", status_code=204)
-    def delete(name: str, request: Request, who: Principal = Depends(admin)):
-        return delete_row(ctx, who, "team", name, f"team '{name}'",
-                          lambda s: get_team(s, name), request)
+    def delete(name: PathName, request: Request, who: Principal = Depends(admin)):
+        def load(session):
+            team = get_team(session, name)
+            keys = session.scalar(select(func.count()).where(
+                ApiKey.team == name, ApiKey.revoked_at.is_(None)))
+            if keys:
+                raise ConflictError(f"team '{name}' has {keys} active key(s); move or revoke "
+                                    "them first", param="name", code="team_in_use")
+            return team
+
+        return delete_row(ctx, who, "team", name, f"team '{name}'", load, request)
 
     return router

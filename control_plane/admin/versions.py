@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from sqlalchemy import select
 
 from gateway.auth import Principal
+from registry.dependents import check_version_unused
+from registry.json_values import check_storable
 from registry.models import ModelVersion
 from registry.queries import add_version, get_model, get_version
 
-from .common import delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch, \
-    image, operator, paginate, with_etag
+from .common import PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, \
+    PageDep, Patch, image, operator, paginate, with_etag
 
 Status = Literal["registered", "ready", "deprecated", "archived"]
+# Checked before saving: a value no reader can serialise would make the row, and every audit
+# page showing it, unreadable.
+EngineArgs = Annotated[dict[str, Any], AfterValidator(lambda v: check_storable(v, "engine_args")),
+                       Field(description="engine flags, e.g. {\"max_model_len\": 4096}; "
+                             "JSON with 64-bit integers, at most 32 levels deep")]
+VersionLabel = Field(None, min_length=1, max_length=100)
 
 
 class VersionCreate(Body):
     version: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
     kind: Literal["full", "lora"] = "full"
-    base_version: str | None = None
+    base_version: str | None = VersionLabel
     source_uri: str | None = Field(None, max_length=2000)
     engine: str | None = Field(None, max_length=50)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_args: EngineArgs = Field(default_factory=dict)
     precision: str | None = Field(None, max_length=20)
     checksum: str | None = Field(None, max_length=128)
     status: Status = "registered"
@@ -33,7 +41,7 @@ class VersionCreate(Body):
 class VersionPatch(Patch):
     source_uri: str | None = Field(None, max_length=2000)
     engine: str | None = Field(None, max_length=50)
-    engine_args: dict[str, Any] = None
+    engine_args: EngineArgs = None
     precision: str | None = Field(None, max_length=20)
     checksum: str | None = Field(None, max_length=128)
     status: Status = None
@@ -48,7 +56,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/models/{name}/versions", tags=["admin: versions"])
 
     @router.get("")
-    def list_versions(name: str, page: Page = PageDep, _: Principal = Depends(operator)):
+    def list_versions(name: PathName, page: Page = PageDep, _: Principal = Depends(operator)):
         with ctx.read() as session:
             model = get_model(session, name)
             stmt = select(ModelVersion).where(ModelVersion.model_id == model.id) \
@@ -56,7 +64,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
             return paginate(session, stmt, page, render)
 
     @router.post("", status_code=201)
-    def create(name: str, body: VersionCreate, response: Response,
+    def create(name: PathName, body: VersionCreate, response: Response,
                who: Principal = Depends(operator)):
         with ctx.change(who, "create", "model_version") as change:
             model = get_model(change.session, name)
@@ -68,14 +76,14 @@ def build_router(ctx: AdminContext) -> APIRouter:
         return change.after
 
     @router.get("/{version}")
-    def get(name: str, version: str, response: Response, _: Principal = Depends(operator)):
+    def get(name: PathName, version: PathName, response: Response, _: Principal = Depends(operator)):
         with ctx.read() as session:
             row = get_version(session, get_model(session, name), version)
             with_etag(response, row)
             return render(row)
 
     @router.patch("/{version}")
-    def update(name: str, version: str, body: VersionPatch, request: Request,
+    def update(name: PathName, version: PathName, body: VersionPatch, request: Request,
                response: Response, who: Principal = Depends(operator)):
         return patch_row(ctx, who, "model_version", f"{name}/{version}",
                          f"version '{version}'",
@@ -83,9 +91,15 @@ def build_router(ctx: AdminContext) -> APIRouter:
                          response, render=render)
 
     @router.delete("/{version}", status_code=204)
-    def delete(name: str, version: str, request: Request, who: Principal = Depends(operator)):
+    def delete(name: PathName, version: PathName, request: Request,
+               who: Principal = Depends(operator)):
+        def load(session):
+            model = get_model(session, name)
+            row = get_version(session, model, version)
+            check_version_unused(session, model, row)
+            return row
+
         return delete_row(ctx, who, "model_version", f"{name}/{version}", f"version '{version}'",
-                          lambda s: get_version(s, get_model(s, name), version), request,
-                          render=render)
+                          load, request, render=render)
 
     return router

@@ -17,12 +17,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.admin.common import (
-    ADMIN_PREFIX, AdminContext, Page, PageDep, actor_of, install_admin_error_handlers, operator,
-    paginate,
+    ADMIN_PREFIX, AdminContext, Page, PageDep, RowId, actor_of, install_admin_error_handlers,
+    operator, paginate,
 )
 from gateway.auth import Principal
 from gateway.errors import OpenAIError
+from gateway.schemas import openapi_body
 from registry.errors import RegistryError
+from registry.json_values import check_storable
 from registry.models import Model, Rollout
 from registry.queries import get_model
 
@@ -38,7 +40,7 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
                           clock: Callable[[], float] = time.time) -> APIRouter:
     router = APIRouter(prefix="/rollouts", tags=["admin: rollouts"])
 
-    @router.post("", status_code=201)
+    @router.post("", status_code=201, openapi_extra=openapi_body(RolloutCreate))
     def create(payload: dict[str, Any] = Body(...), who: Principal = Depends(operator)):
         body = _validated(RolloutCreate, payload)
         with ctx.change(who, "create_rollout", "rollout") as change:
@@ -50,7 +52,8 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
         return _get(ctx, rollout.id)
 
     @router.get("")
-    def list_rollouts(model: str | None = None, state: str | None = Query(None),
+    def list_rollouts(model: str | None = Query(None, max_length=200),
+                      state: str | None = Query(None, max_length=20),
                       page: Page = PageDep, _: Principal = Depends(operator)):
         if state is not None and state not in PHASES:
             raise OpenAIError(400, f"state must be one of {', '.join(PHASES)}; got {state!r}",
@@ -68,7 +71,7 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
                             lambda r: store.render(r, names[r.model_id]))
 
     @router.get("/{rollout_id}")
-    def get(rollout_id: int, _: Principal = Depends(operator)):
+    def get(rollout_id: RowId, _: Principal = Depends(operator)):
         return _get(ctx, rollout_id)
 
     def _act(rollout_id: int, action: str, who: Principal, apply) -> dict[str, Any]:
@@ -82,20 +85,20 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
         return _get(ctx, rollout_id)
 
     @router.post("/{rollout_id}/promote")
-    def promote(rollout_id: int, who: Principal = Depends(operator)):
+    def promote(rollout_id: RowId, who: Principal = Depends(operator)):
         return _act(rollout_id, "promote", who, lambda s, r, why, now:
                     t.promote(s, r, actor_of(who), why, now))
 
     @router.post("/{rollout_id}/abort")
-    def abort(rollout_id: int, who: Principal = Depends(operator)):
+    def abort(rollout_id: RowId, who: Principal = Depends(operator)):
         return _act(rollout_id, "abort", who, t.abort)
 
     @router.post("/{rollout_id}/pause")
-    def pause(rollout_id: int, who: Principal = Depends(operator)):
+    def pause(rollout_id: RowId, who: Principal = Depends(operator)):
         return _act(rollout_id, "pause", who, t.pause)
 
-    @router.post("/{rollout_id}/resume")
-    def resume(rollout_id: int, payload: dict[str, Any] | None = Body(None),
+    @router.post("/{rollout_id}/resume", openapi_extra=openapi_body(ResumeBody, required=False))
+    def resume(rollout_id: RowId, payload: dict[str, Any] | None = Body(None),
                who: Principal = Depends(operator)):
         body = _validated(ResumeBody, payload or {})
 
@@ -125,8 +128,11 @@ def _summary(rollout: Rollout) -> dict[str, Any]:
 
 def _validated(model, payload: dict[str, Any]):
     try:
+        check_storable(payload, "body")  # the spec is stored as JSON and rendered on every read
         return model.model_validate(payload)
-    except ValidationError as exc:
+    except ValueError as exc:
+        if not isinstance(exc, ValidationError):
+            raise OpenAIError(422, str(exc), code="invalid_value") from None
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         message = first["msg"].removeprefix("Value error, ")

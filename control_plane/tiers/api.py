@@ -10,8 +10,9 @@ starting (the start goes on; the gateway waits on its snapshot), or the error th
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,8 +54,9 @@ def _retrieve(task: asyncio.Task) -> None:
 def build_tiers_router(tiers: TierManager) -> APIRouter:
     router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin: tiers"])
 
-    @router.post("/models/{name}/wake")
-    async def wake(name: str, body: WakeBody | None = None, _: Principal = Depends(operator)):
+    @router.post("/models/{name}/wake", responses={
+        202: {"description": "the engine is still starting"}, 409: {}, 429: {}, 502: {}})
+    async def wake(name: Annotated[str, Path(min_length=1, max_length=200)], body: WakeBody | None = None, _: Principal = Depends(operator)):
         body = body or WakeBody()
         # The start outlives this call: a client that stops waiting must not cancel it.
         task = asyncio.ensure_future(tiers.wake(name, body.adapter))
@@ -70,7 +72,7 @@ def build_tiers_router(tiers: TierManager) -> APIRouter:
         return {"model": name, "state": "ready", "url": url, "adapter": body.adapter}
 
     @router.post("/models/{name}/activity", status_code=204)
-    async def activity(name: str, body: ActivityBody, _: Principal = Depends(operator)):
+    async def activity(name: Annotated[str, Path(min_length=1, max_length=200)], body: ActivityBody, _: Principal = Depends(operator)):
         tiers.note_request(name, body.requests)
 
     @router.get("/tiers")

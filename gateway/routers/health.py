@@ -10,7 +10,8 @@ async def healthz() -> OrjsonResponse:
     return OrjsonResponse({"status": "ok"})
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "no model has a ready backend",
+                                         "content": {"application/json": {}}}})
 async def readyz(request: Request) -> OrjsonResponse:
     snapshot = request.app.state.gateway.snapshot
     ready = sorted(name for name, m in snapshot.models.items()

@@ -34,6 +34,7 @@ async def test_operators_manage_models_but_not_keys_or_teams(env):
 
 async def test_key_secret_is_shown_once_and_works_at_once(env):
     h = env.auth("admin")
+    assert (await env.client.post("/admin/v1/teams", headers=h, json={"name": "ml"})).status_code == 201
     r = await env.client.post("/admin/v1/keys", headers=h, json={
         "name": "ci", "role": "operator", "team": "ml", "models": ["chat"], "rpm_limit": 60,
         "priority": "batch", "expires_in_s": 3600, "max_budget": 25, "budget_period": "week"})
@@ -80,7 +81,7 @@ async def test_key_validation(env):
     assert r.status_code == 400 and r.json()["error"]["param"] == "role"
     r = await env.client.post("/admin/v1/keys", headers=h,
                               json={"name": "k", "expires_in_s": 5, "expires_at": "2030-01-01T00:00:00Z"})
-    assert r.status_code == 400 and "not both" in r.json()["error"]["message"]
+    assert r.status_code == 422 and "not both" in r.json()["error"]["message"]
     r = await env.client.post("/admin/v1/keys", headers=h, json={"name": "k", "secret": "short"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "secret"
     assert (await env.client.get("/admin/v1/keys/999", headers=h)).status_code == 404

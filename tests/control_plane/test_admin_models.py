@@ -53,7 +53,6 @@ async def test_model_crud_bumps_the_snapshot_and_is_audited(env):
     ({"name": "ok", "tier": "lukewarm"}, "tier"),
     ({"name": "ok", "context_length": 0}, "context_length"),
     ({"name": "ok", "colour": "red"}, "colour"),
-    ({"name": "ok", "fallbacks": ["missing"]}, "fallbacks"),
     ({"name": "ok", "routing": "fastest"}, "routing"),
     ({}, "name"),
 ])
@@ -63,6 +62,15 @@ async def test_invalid_model_bodies_are_400_naming_the_field(env, body, param):
     error = r.json()["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
     assert error["message"]
+
+
+async def test_unknown_fallback_is_404_and_self_fallback_422(env):
+    r = await env.client.post("/admin/v1/models", json={"name": "ok", "fallbacks": ["missing"]},
+                              headers=env.auth(OP))
+    assert r.status_code == 404 and r.json()["error"]["param"] == "fallbacks"
+    r = await env.client.post("/admin/v1/models", json={"name": "ok", "fallbacks": ["ok"]},
+                              headers=env.auth(OP))
+    assert r.status_code == 422 and "itself" in r.json()["error"]["message"]
 
 
 async def test_duplicates_conflict_and_patch_rejects_null(env):
@@ -98,7 +106,7 @@ async def test_versions_aliases_backends_adapters(env):
         assert r.status_code == 201, r.text
     r = await env.client.post("/admin/v1/models/chat/versions",
                               json={"version": "lora1", "kind": "lora"}, headers=h)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "base_version"
+    assert r.status_code == 422 and r.json()["error"]["param"] == "base_version"
 
     r = await env.client.put("/admin/v1/models/chat/aliases/default", json={"version": "v1"},
                              headers=h)

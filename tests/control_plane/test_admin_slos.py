@@ -16,7 +16,7 @@ async def test_slo_crud_validation_and_audit(env):
     no_threshold = {**ok, "name": "x"}
     no_threshold.pop("threshold_ms")
     r = await env.client.post("/admin/v1/slos", json=no_threshold, headers=env.auth(OP))
-    assert r.status_code == 400 and "threshold_ms" in r.json()["error"]["message"]
+    assert r.status_code == 422 and "threshold_ms" in r.json()["error"]["message"]
     r = await env.client.post("/admin/v1/slos", json={**ok, "objective": 1.5}, headers=env.auth(OP))
     assert r.status_code == 400 and r.json()["error"]["param"]
     r = await env.client.post("/admin/v1/slos", json={**ok, "model": "nope"}, headers=env.auth(OP))
