@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import httpx
 from sqlalchemy.orm import sessionmaker
 
-from engine_adapter import EngineError, create_adapter
+from engine_adapter import EngineError, create_adapter, engine_keys
 
 from . import store
 from .store import BackendRow, TierError
@@ -190,7 +190,9 @@ class AdapterManager:
         """Adopt the engine's own list of loaded adapters (vLLM lists them in /v1/models with
         a `parent`); ones we did not know count as freshly loaded (not evictable yet)."""
         try:
-            response = await self._http().get(backend.url + "/models", timeout=5.0)
+            headers = engine_keys.headers_for(backend.url) if backend.engine == "builtin" else None
+            response = await self._http().get(backend.url + "/models", timeout=5.0,
+                                              headers=headers)
             cards = response.json().get("data", [])
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("could not list adapters on %s: %s", backend.url, exc)
