@@ -72,6 +72,7 @@ async def running_fleet(settings: Settings, sessions, snapshots):
         fleet.run(snapshots.run())
         fleet.run(tiers.run())
         fleet.health = HealthProber(sessions, on_change=snapshots.refresh,
+                                    interval_s=settings.health_interval_s,
                                     allowlist=BackendAllowlist.from_networks(
                                         settings.backends.allowed_networks))
         fleet.run(fleet.health.run())

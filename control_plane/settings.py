@@ -94,6 +94,7 @@ class Settings(BaseModel):
     tiers: dict[str, Any] = Field(default_factory=dict)  # TierConfig fields (idle_s, max_engines...)
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
     rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
+    health_interval_s: float = Field(2.0, gt=0, le=300)  # probe rounds of unmanaged backends
     log_level: str = "info"
     server: ServerSettings = Field(default_factory=ServerSettings)
     backends: BackendSettings = Field(default_factory=BackendSettings)

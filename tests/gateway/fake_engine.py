@@ -159,6 +159,9 @@ def build_app(name: str) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def models(request: Request) -> Response:   # what health probes read
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model"}]})
+
     async def metrics(request: Request) -> Response:
         text = (f"vllm:num_requests_running {engine.stats['running']}\n"
                 f"vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n")
@@ -169,6 +172,7 @@ def build_app(name: str) -> Starlette:
         Route("/v1/completions", completions_route, methods=["POST"]),
         Route("/control", control, methods=["POST"]),
         Route("/stats", stats), Route("/health", health), Route("/metrics", metrics),
+        Route("/v1/models", models),
     ])
 
 
