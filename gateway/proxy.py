@@ -17,7 +17,7 @@ from gateway.accounting import CLIENT_CLOSED, Accounting
 from gateway.admission import QueueFull, QueueTimeout
 from gateway.errors import OpenAIError, error_from_upstream
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
-from gateway.resolve import choose_version, model_not_found, resolve_model
+from gateway.resolve import check_access, choose_version, fallback_views, resolve_model
 from gateway.resume import can_continue, continuation_body, may_resume
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
@@ -64,9 +64,7 @@ def _prompt_text(kind: str, body: dict) -> str:
 
 
 def _check_access(principal, req, model_view) -> None:
-    # OpenAI's convention: a model the key may not use looks exactly like a missing one.
-    if not (principal.may_use(req.model) or principal.may_use(model_view.name)):
-        raise model_not_found(req.model)
+    check_access(principal, req.model, model_view)
 
 
 def _validate(req, model_view) -> None:
@@ -92,11 +90,11 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     body, req = parse_body(raw, schema)
     snapshot = state.snapshot
     model_view, version, adapter = resolve_model(snapshot, req.model)
-    if state.cold_starter is not None:
-        state.cold_starter.note_request(model_view.name)
     gate = state.limits
     try:
         _check_access(principal, req, model_view)
+        if state.cold_starter is not None:   # only requests the key may make count as activity
+            state.cold_starter.note_request(model_view.name)
         _validate(req, model_view)
         prompt_tokens = gate.prompt_tokens(kind, body)
         with child_span("gateway.limits"):
@@ -134,15 +132,15 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
         raise
 
 
-def _has_candidates(state: GatewayState, snapshot, model_view, version) -> bool:
+def _has_candidates(state: GatewayState, snapshot, model_view, version, principal) -> bool:
     return any(state.router.candidates(backends)
-               for _, backends, _ in _attempt_plan(snapshot, model_view, version))
+               for _, backends, _ in _attempt_plan(snapshot, model_view, version, principal))
 
 
 async def _ready_backends(state: GatewayState, call: Call, snapshot, model_view, version):
     """(snapshot, model_view) with a routable backend; a cold model (or an adapter nobody holds)
     is started through the control plane and the request held within the cold-start budget."""
-    if _has_candidates(state, snapshot, model_view, version):
+    if _has_candidates(state, snapshot, model_view, version, call.acct.principal):
         return snapshot, model_view
     starter = state.cold_starter
     if starter is not None and (model_view.tier in ("cold", "warm") or call.adapter):
@@ -151,7 +149,7 @@ async def _ready_backends(state: GatewayState, call: Call, snapshot, model_view,
             if await starter.ensure_backend(model_view.name, budget, adapter=call.adapter):
                 snapshot = state.snapshot
                 model_view = snapshot.models.get(model_view.name, model_view)
-                if _has_candidates(state, snapshot, model_view, version):
+                if _has_candidates(state, snapshot, model_view, version, call.acct.principal):
                     return snapshot, model_view
         state.metrics.rejections.labels(call.requested, "cold_start_timeout").inc()
         raise OpenAIError(503, f"model '{call.requested}' did not start within {budget:.0f}s",
@@ -184,20 +182,19 @@ async def _admit(state: GatewayState, call: Call, model_view, principal, cost: i
     call.acct.on_finish.append(lambda _: asyncio.ensure_future(admit.__aexit__(None, None, None)))
 
 
-def _attempt_plan(snapshot, model_view, version):
-    """The primary model (pinned version) then each fallback model that exists."""
+def _attempt_plan(snapshot, model_view, version, principal):
+    """The primary model (pinned version) then each fallback model the key may use."""
     yield model_view, model_view.backends_for(version), False
-    for name in model_view.fallbacks:
-        fallback = snapshot.models.get(name)
-        if fallback is not None:
-            yield fallback, fallback.backends, True
+    for fallback in fallback_views(snapshot, model_view, principal):
+        yield fallback, fallback.backends, True
 
 
 async def _dispatch(request: Request, state: GatewayState, call: Call, model_view,
                     version) -> Response:
     last_error: EngineError | None = None
     m = state.metrics
-    for target, backends, is_fallback in _attempt_plan(state.snapshot, model_view, version):
+    plan = _attempt_plan(state.snapshot, model_view, version, call.acct.principal)
+    for target, backends, is_fallback in plan:
         if is_fallback:
             call.ctx.token_ids = None    # another model: another tokenizer and cache
         tried: set[str] = set()

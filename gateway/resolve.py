@@ -21,6 +21,22 @@ def resolve_model(snapshot, requested: str):
     raise model_not_found(requested)
 
 
+def check_access(principal, requested: str, model_view) -> None:
+    """The key's allowlist admits the request: "<model>" admits the model with its aliases and
+    adapters, "<model>:<alias>" (or adapter) only that one. A refusal looks exactly like a
+    missing model (OpenAI's convention) and names nothing but what was asked for."""
+    if not (principal.may_use(requested) or principal.may_use(model_view.name)):
+        raise model_not_found(requested)
+
+
+def fallback_views(snapshot, model_view, principal) -> list:
+    """The model's fallbacks that exist and that the key may use itself: a key restricted to
+    model A is never served by model B because A names B as its fallback."""
+    views = (snapshot.models.get(name) for name in model_view.fallbacks
+             if principal is None or principal.may_use(name))
+    return [v for v in views if v is not None]
+
+
 def model_not_found(requested: str) -> OpenAIError:
     return OpenAIError(404, f"The model '{requested}' does not exist or you do not have access "
                        "to it.", param="model", code="model_not_found")
