@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 
 import uvicorn
 
@@ -152,9 +153,17 @@ def _run(main) -> int:
         uvloop.install()
     except ImportError:
         pass
+    # SIGTERM (Kubernetes stopping a pod) takes the Ctrl-C path: uvicorn drains in-flight
+    # requests, then re-raises the signal; by default that would kill the process before the
+    # last usage batch is flushed and the engines are stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main)
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def run_up(settings: Settings) -> int:
