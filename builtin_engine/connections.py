@@ -12,7 +12,7 @@ host=..., port=...)` returns a uvicorn.Config whose HTTP protocol adds
 
 and whose app is wrapped by `BodyLimit`: a body over `max_body_bytes` is answered 413 (from its
 content-length, or while a chunked body arrives), and a body that stalls for `body_timeout_s`
-is answered 408. Every limit that is hit is logged (at most once per second per kind, with the
+is answered 408, both before the app runs. Every limit that is hit is logged (at most once per second per kind, with the
 count since the last line, so a flood does not flood the log). `raise_fd_limit()` lifts the
 soft RLIMIT_NOFILE to the hard one. `listen_socket(host, port)` binds the port up front, so a
 server finds a port in use before it loads anything, and keeps it until uvicorn serves on it.
@@ -118,7 +118,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 past `max_bytes`, 408 when the body stalls for `timeout_s`."""
+    """ASGI middleware: the body is read before the app runs, so a body past `max_bytes` (413)
+    or one that stalls for `timeout_s` (408) is refused in the API's error shape before any
+    handler sees it. The app then receives the whole body as one message."""
 
     def __init__(self, app, max_bytes: int, timeout_s: float):
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
@@ -134,12 +136,26 @@ class BodyLimit:
             self._too_large.hit(self.max_bytes)
             return await _refuse(send, 413, f"the request body is over {self.max_bytes} bytes",
                                  "invalid_request_error")
-        body_done, seen = False, 0
+        try:
+            body = await self._read(receive)
+        except _BodyRefused as exc:
+            return await _refuse(send, exc.status, exc.message, exc.kind)
+        if body is None:  # the client left before its body was complete
+            return
+        replayed = False
 
-        async def guarded_receive():
-            nonlocal body_done, seen
-            if body_done:  # afterwards receive only reports a disconnect: no deadline
+        async def replay():
+            nonlocal replayed
+            if replayed:  # afterwards receive only reports a disconnect
                 return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, receive) -> bytes | None:
+        parts, size = [], 0
+        while True:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     message = await receive()
@@ -147,28 +163,17 @@ class BodyLimit:
                 self._stalled.hit(self.timeout_s)
                 raise _BodyRefused(408, f"the request body stalled for {self.timeout_s:.0f}s",
                                    "timeout_error") from None
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    self._too_large.hit(self.max_bytes)
-                    raise _BodyRefused(413, f"the request body is over {self.max_bytes} bytes",
-                                       "invalid_request_error")
-                body_done = not message.get("more_body", False)
-            return message
-
-        started = False
-
-        async def tracked_send(message):
-            nonlocal started
-            started = True
-            await send(message)
-
-        try:
-            await self.app(scope, guarded_receive, tracked_send)
-        except _BodyRefused as exc:
-            if started:  # the answer is under way: nothing left to do but drop it
-                raise
-            await _refuse(send, exc.status, exc.message, exc.kind)
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                self._too_large.hit(self.max_bytes)
+                raise _BodyRefused(413, f"the request body is over {self.max_bytes} bytes",
+                                   "invalid_request_error")
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 async def _refuse(send, status: int, message: str, kind: str) -> None:

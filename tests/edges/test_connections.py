@@ -1,0 +1,124 @@
+"""Connection hygiene of a real `inferplane up` process: idle and half-sent connections are
+closed after the header timeout while normal requests and /healthz are still served, a
+connection past the cap is refused with a 503, bodies are bounded (413) and timed (408)."""
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import running_up
+
+HEADER_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 330
+CONFIG = {"models": [], "server": {"header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": 1.0,
+                                   "body_timeout_s": 2.0, "max_connections": MAX_CONNECTIONS,
+                                   "max_body_bytes": 65536}}
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory):
+    work = tmp_path_factory.mktemp("conns")
+    with running_up(work, CONFIG, ready_path="/healthz", timeout=120) as (base, key, _):
+        yield base, key, work
+
+
+def _connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _closed_by_server(sock: socket.socket, wait_s: float) -> bool:
+    readable, _, _ = select.select([sock], [], [], wait_s)
+    if not readable:
+        return False
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _raw(base: str, request: bytes, wait_s: float = 10.0) -> bytes:
+    with _connect(base) as sock:
+        sock.sendall(request)
+        sock.settimeout(wait_s)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+
+def test_idle_and_half_sent_connections_do_not_starve_the_server(up):
+    base, key, work = up
+    idle = [_connect(base) for _ in range(150)]
+    half = [_connect(base) for _ in range(150)]
+    for sock in half:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: ")
+    try:
+        started = time.monotonic()
+        assert httpx.get(base + "/healthz", timeout=5).status_code == 200
+        models = httpx.get(base + "/v1/models", headers={"authorization": f"Bearer {key}"},
+                           timeout=5)
+        assert models.status_code == 200 and models.json()["object"] == "list"
+        assert time.monotonic() - started < HEADER_TIMEOUT_S  # served while all 300 are held
+        # every held connection is closed by the server once the header timeout has passed
+        deadline = time.monotonic() + HEADER_TIMEOUT_S + 3
+        still_open = [s for s in idle + half
+                      if not _closed_by_server(s, max(0.0, deadline - time.monotonic()))]
+        assert not still_open, f"{len(still_open)} of 300 connections are still open"
+    finally:
+        for sock in idle + half:
+            sock.close()
+    assert "request headers" in (work / "up.log").read_text()  # the limit hit was logged
+    assert httpx.get(base + "/healthz", timeout=5).status_code == 200
+
+
+def test_connections_past_the_cap_are_refused_with_a_503(up):
+    base, _, work = up
+    held = [_connect(base) for _ in range(MAX_CONNECTIONS)]
+    try:
+        extra = _connect(base)
+        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        extra.settimeout(5)
+        answer = extra.recv(65536)
+        extra.close()
+        assert answer.startswith(b"HTTP/1.1 503") and b"too_many_connections" in answer
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)  # the server sees the closes
+    assert httpx.get(base + "/healthz", timeout=5).status_code == 200
+    assert "max_connections" in (work / "up.log").read_text()
+
+
+def test_idle_keep_alive_connections_are_closed(up):
+    base, _, _ = up
+    with _connect(base) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        assert _closed_by_server(sock, 1.0 + 2.0)
+
+
+def test_request_bodies_are_bounded_and_timed(up):
+    base, key, _ = up
+    auth = f"authorization: Bearer {key}\r\n".encode()
+    big = _raw(base, b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + auth
+               + b"content-type: application/json\r\ncontent-length: 100000\r\n\r\n")
+    assert big.startswith(b"HTTP/1.1 413") and b'"code":"body_too_large"' in big
+    chunk = b"x" * 40000
+    chunked = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + auth
+               + b"transfer-encoding: chunked\r\n\r\n"
+               + b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(2)) + b"0\r\n\r\n")
+    assert _raw(base, chunked).startswith(b"HTTP/1.1 413")
+    started = time.monotonic()
+    stalled = _raw(base, b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + auth
+                   + b"content-length: 100\r\n\r\n{\"model\"")
+    assert stalled.startswith(b"HTTP/1.1 408") and b"body_timeout" in stalled
+    assert 1.5 < time.monotonic() - started < 8
+    resp = httpx.post(base + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                      json={"model": "none", "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status_code == 404  # a normal-sized body still reaches the API
