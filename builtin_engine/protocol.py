@@ -71,11 +71,13 @@ class _GenerationRequest(BaseModel):
                 return name, name
         return None
 
-    @model_validator(mode="after")
-    def _stream_options_need_stream(self) -> "_GenerationRequest":
-        if self.stream_options is not None and not self.stream:
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options_need_stream(cls, value, info):
+        # `stream` is declared first, so it is validated (and in info.data) by now
+        if value is not None and not info.data.get("stream"):
             raise ValueError("stream_options is only allowed when stream is true")
-        return self
+        return value
 
     @field_validator("logit_bias")
     @classmethod

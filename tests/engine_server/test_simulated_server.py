@@ -91,7 +91,8 @@ def test_malformed_json_is_400(engine_url):
 
 @pytest.mark.parametrize("field,value", [
     ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]),
-    ("tool_choice", "required"),
+    ("tool_choice", "required"), ("prompt_logprobs", 1), ("audio", {"voice": "alloy"}),
+    ("modalities", ["text", "audio"]), ("prediction", {"type": "content", "content": "x"}),
 ])
 def test_unsupported_features_are_refused_not_ignored(engine_url, field, value):
     resp = _chat(engine_url, **{field: value, "max_tokens": 2})
@@ -111,8 +112,32 @@ def test_logprobs_options_are_checked(engine_url):
 
 def test_harmless_values_of_unsupported_fields_pass(engine_url):
     resp = _chat(engine_url, max_tokens=2, logprobs=False, tool_choice="none",
-                 response_format={"type": "text"})
+                 response_format={"type": "text"}, modalities=["text"])
     assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    {"type": "file", "file": {"file_id": "file-1"}},
+])
+def test_non_text_content_parts_are_refused_by_a_text_only_engine(engine_url, part):
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "describe"}, part]}]
+    resp = _chat(engine_url, max_tokens=2, messages=messages)
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["param"] == "messages[1].content[1]"
+    assert part["type"] in error["message"] and error["code"] == "unsupported_parameter"
+    text_parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert _chat(engine_url, max_tokens=2, messages=text_parts).status_code == 200
+
+
+def test_prompt_logprobs_and_stream_options_without_stream_are_refused(engine_url):
+    resp = httpx.post(engine_url + "/v1/completions", timeout=30, json={
+        "model": NAME, "prompt": "hi", "max_tokens": 2, "prompt_logprobs": 2})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt_logprobs"
+    resp = _chat(engine_url, max_tokens=2, stream_options={"include_usage": True})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_options"
 
 
 def test_penalties_are_accepted_within_their_ranges(engine_url):
