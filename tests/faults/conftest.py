@@ -1,0 +1,177 @@
+"""Fault-injection rig: real processes (`inferplane up`, builtin engines, the fake engine,
+private Redis and PostgreSQL servers) and a ledger that checks nothing was lost.
+
+Every case compares what the client saw with three books kept by the platform:
+- the request log (one row per request, /admin/v1/requests) and the key's charged spend;
+- the gateway's own counters (inferplane_requests_total by code, tokens, spend);
+- the failure counters the case expects (upstream errors, rejections).
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port, start_process, stop_process, wait_http
+
+PRICE = {"price_in_per_1k": 1.0, "price_out_per_1k": 2.0}   # every token costs: spend is checked
+
+
+class BlackHole:
+    """Accepts TCP connections and never answers (an engine wedged in a syscall)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def start_fake_engine(port: int, name: str, log: Path) -> subprocess.Popen:
+    proc = start_process(["-m", "tests.gateway.fake_engine", "--port", str(port), "--name", name],
+                         log_path=log)
+    wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=30)
+    return proc
+
+
+def start_builtin_engine(port: int, served: str, log: Path, *extra: str) -> subprocess.Popen:
+    proc = start_process(["-m", "builtin_engine", "serve", "--port", str(port),
+                          "--served-model-name", served, "--log-level", "warning", *extra],
+                         log_path=log)
+    wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=180)
+    return proc
+
+
+def openai_model(name: str, url: str, **extra) -> dict:
+    return {"name": name, "engine": "openai", "context_length": 2048, **PRICE, **extra,
+            "backends": [{"url": url, "served_model": name}]}
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted label items): value} of a /metrics body."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric_sum(values: dict, name: str, **labels: str) -> float:
+    return sum(v for (n, items), v in values.items()
+               if n == name and all(dict(items).get(k) == want for k, want in labels.items()))
+
+
+@dataclass
+class Books:
+    """One reading of everything that must account for a model's requests."""
+    metrics: dict
+    log: list[dict] = field(default_factory=list)
+    spend: float = 0.0
+
+    def requests_by_code(self, model: str) -> Counter:
+        out = Counter()
+        for (name, items), value in self.metrics.items():
+            labels = dict(items)
+            if name == "inferplane_requests_total" and labels.get("model") == model and value:
+                out[int(labels["code"])] += int(value)
+        return out
+
+
+@dataclass
+class Stack:
+    base: str
+    admin_key: str
+    key: str = ""
+    key_id: int = 0
+
+    def admin(self) -> dict:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def user(self) -> dict:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def create_key(self, **fields) -> tuple[str, int]:
+        created = httpx.post(self.base + "/admin/v1/keys", headers=self.admin(), timeout=10,
+                             json={"name": f"faults-{time.monotonic_ns()}", **fields})
+        assert created.status_code == 201, created.text
+        body = created.json()
+        self.key, self.key_id = body["secret"], body["id"]
+        return self.key, self.key_id
+
+    def chat(self, model: str, stream: bool = False, max_tokens: int = 8, timeout: float = 30,
+             client: httpx.Client | None = None) -> httpx.Response:
+        body = {"model": model, "max_tokens": max_tokens, "stream": stream,
+                "messages": [{"role": "user", "content": "count to ten"}]}
+        post = (client or httpx).post
+        return post(self.base + "/v1/chat/completions", json=body, headers=self.user(),
+                    timeout=timeout)
+
+    def books(self, model: str) -> Books:
+        metrics = samples(httpx.get(self.base + "/metrics", timeout=10).text)
+        rows, cursor = [], None
+        while True:
+            params = {"model": model, "limit": 500, **({"cursor": cursor} if cursor else {})}
+            page = httpx.get(self.base + "/admin/v1/requests", params=params,
+                             headers=self.admin(), timeout=10).json()
+            rows += page["data"]
+            if not page["has_more"]:
+                break
+            cursor = page["next_cursor"]
+        key = httpx.get(f"{self.base}/admin/v1/keys/{self.key_id}", headers=self.admin(),
+                        timeout=10).json()
+        return Books(metrics, rows, float(key["spend"]))
+
+    def settled_books(self, model: str, expected_rows: int, timeout: float = 20) -> Books:
+        """Books once the usage writer has flushed `expected_rows` request-log rows."""
+        deadline = time.monotonic() + timeout
+        while True:
+            books = self.books(model)
+            if len(books.log) >= expected_rows or time.monotonic() > deadline:
+                return books
+            time.sleep(0.3)
+
+
+def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int]) -> Books:
+    """Every request the client made (its final status in `codes`) is in the request log, the
+    gateway's request counters, and charged: log spend == metric spend == key spend."""
+    after = stack.settled_books(model, len(before.log) + len(codes))
+    new_rows = after.log[: len(after.log) - len(before.log)]
+    assert Counter(r["http_status"] for r in new_rows) == Counter(codes), new_rows
+    counted = after.requests_by_code(model) - before.requests_by_code(model)
+    assert counted == Counter(codes)
+    logged_cost = sum(r["cost"] for r in new_rows)
+    metric_cost = (metric_sum(after.metrics, "inferplane_spend_usd_total", model=model)
+                   - metric_sum(before.metrics, "inferplane_spend_usd_total", model=model))
+    tokens = sum(r["prompt_tokens"] + r["completion_tokens"] for r in new_rows)
+    metric_tokens = (metric_sum(after.metrics, "inferplane_tokens_total", model=model)
+                     - metric_sum(before.metrics, "inferplane_tokens_total", model=model))
+    assert abs(logged_cost - metric_cost) < 1e-9 and abs(after.spend - before.spend
+                                                         - logged_cost) < 1e-6
+    assert tokens == metric_tokens
+    return after
+
+
+def delta(before: Books, after: Books, name: str, **labels: str) -> float:
+    return metric_sum(after.metrics, name, **labels) - metric_sum(before.metrics, name, **labels)
+
+
+__all__ = ["BlackHole", "Books", "PRICE", "Stack", "assert_nothing_lost", "delta", "free_port",
+           "openai_model", "samples", "start_builtin_engine", "start_fake_engine",
+           "stop_process"]
