@@ -30,6 +30,11 @@ tools:
 	    echo "==> installing prometheus (promtool) from Debian packages"; \
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install the 'prometheus' package" >&2; exit 1; fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "==> installing chromium (console browser tests) from Debian packages"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else echo "chromium missing: install the 'chromium' package" >&2; exit 1; fi; }
 	@command -v amtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "==> installing prometheus-alertmanager (amtool) from Debian packages"; \

@@ -1,0 +1,27 @@
+// Requests (operators): the most recent requests' metadata, filterable, refreshed on demand.
+import { api } from "../api.js";
+import { Field, Loaded, Table, fmt, html, useLoad, useState, when } from "../ui.js";
+
+const COLS = [
+  { key: "created_at", label: "time", render: (r) => when(r.created_at) }, { key: "model" }, { key: "version" },
+  { key: "status", render: (r) => `${r.status} (${r.http_status})` },
+  { key: "latency_ms", label: "latency ms", render: (r) => fmt(Math.round(r.latency_ms)) },
+  { key: "ttft_ms", label: "TTFT ms", render: (r) => (r.ttft_ms === null ? "" : fmt(Math.round(r.ttft_ms))) },
+  { key: "tokens", render: (r) => `${r.prompt_tokens} + ${r.completion_tokens}` },
+  { key: "cost", render: (r) => `$${r.cost.toFixed(6)}` }, { key: "backend" }, { key: "key_id", label: "key" },
+  { key: "team" }, { key: "stream", render: (r) => (r.stream ? "stream" : "") },
+  { key: "trace_id", label: "trace", render: (r) => html`<code>${r.trace_id || r.request_id}</code>` },
+];
+
+export function Requests() {
+  const [form, set] = useState({ model: "", status: "", key_id: "" });
+  const [query, setQuery] = useState(form);
+  const [state, reload] = useLoad(() => api("/admin/v1/requests", { query: { ...query, limit: 200 } }), [JSON.stringify(query)]);
+  return html`<form class="grid" aria-label="Filter requests" onSubmit=${(e) => { e.preventDefault(); setQuery(form); }}>
+      <${Field} label="Model" name="model" form=${form} set=${set} />
+      <${Field} label="Status" name="status" form=${form} set=${set} options=${[["", "any"], "ok", "error", "aborted"]} />
+      <${Field} label="Key id" name="key_id" type="number" form=${form} set=${set} />
+      <div class="field"><button type="submit">Filter</button></div>
+      <div class="field"><button type="button" onClick=${reload}>Refresh</button></div></form>
+    <${Loaded} state=${state}>${(page) => html`<${Table} label="Recent requests" cols=${COLS} rows=${page.data} empty="No requests yet." />`}<//>`;
+}

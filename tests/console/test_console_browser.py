@@ -1,0 +1,260 @@
+"""The console in a real browser (Playwright driving chromium) against `inferplane up` with the
+real model: everything by clicking and typing, screenshots of every page in test-artifacts/.
+
+An admin prices the model, creates a team and a key, copies the secret; the key's owner signs
+in, sees only the playground and chats there; the admin finds the request under Requests and
+its spend under Usage, starts a canary against a failing candidate and watches it roll back,
+then revokes the key. An operator sees no Keys or Teams page and the API refuses it keys."""
+from __future__ import annotations
+
+import re
+import threading
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
+from tests.e2e_rollouts.stack import simulated_engine_args
+
+MODEL = "smollm2-135m-instruct"
+CANARY = "canary-demo"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    work = tmp_path_factory.mktemp("console")
+    sim, flaky = free_port(), free_port()
+    engines = [start_process(simulated_engine_args(sim, "sim"), log_path=work / "sim.log"),
+               start_process(["-m", "tests.e2e_rollouts.flaky_engine", "--port", str(flaky),
+                              "--name", "flaky", "--fail-ratio", "0.5"],
+                             log_path=work / "flaky.log")]
+    config = {"engine_port_base": free_port(), "rollout_tick_s": 0.25,
+              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 4}}]}
+    try:
+        for port, proc in zip((sim, flaky), engines):
+            wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=120)
+        with running_up(work, config) as (base, key, _proc):
+            admin = httpx.Client(base_url=base + "/admin/v1", timeout=30,
+                                 headers={"Authorization": f"Bearer {key}"})
+            register_canary_model(admin, sim, flaky)
+            yield {"base": base, "key": key, "admin": admin, "state": {}}
+    finally:
+        for proc in engines:
+            stop_process(proc)
+
+
+def register_canary_model(admin: httpx.Client, sim: int, flaky: int) -> None:
+    """Setup through the REST API: a model whose v2 fails half its requests."""
+    for method, path, body in [
+            ("POST", "/models", {"name": CANARY}),
+            ("POST", f"/models/{CANARY}/versions", {"version": "v1"}),
+            ("POST", f"/models/{CANARY}/versions", {"version": "v2"}),
+            ("PUT", f"/models/{CANARY}/aliases/default", {"version": "v1"}),
+            ("POST", "/backends", {"model": CANARY, "version": "v1", "state": "ready",
+                                   "url": f"http://127.0.0.1:{sim}/v1", "served_model": "sim"}),
+            ("POST", "/backends", {"model": CANARY, "version": "v2", "state": "ready",
+                                   "url": f"http://127.0.0.1:{flaky}/v1",
+                                   "served_model": "flaky"})]:
+        r = admin.request(method, path, json=body)
+        assert r.status_code < 300, r.text
+
+
+def shot(page: Page, artifacts, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, base: str, key: str) -> None:
+    page.goto(base + "/console")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+
+def sign_out(page: Page) -> None:
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API key")).to_be_visible()
+
+
+def open_page(page: Page, label: str) -> None:
+    page.get_by_role("navigation").get_by_role("link", name=label, exact=True).click()
+    expect(page.get_by_role("heading", level=1, name=label)).to_be_visible()
+
+
+def nav_labels(page: Page) -> list[str]:
+    return page.get_by_role("navigation").get_by_role("link").all_inner_texts()
+
+
+def test_console_is_served_with_a_strict_csp_and_no_secrets(stack):
+    r = httpx.get(stack["base"] + "/console")
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "<script>" not in r.text and stack["key"] not in r.text
+    vendored = httpx.get(stack["base"] + "/console/static/vendor/preact-htm.module.js")
+    assert vendored.status_code == 200 and "content-security-policy" in vendored.headers
+
+
+def test_admin_creates_team_and_key_and_copies_the_secret(stack, page: Page, artifacts):
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    sign_in(page, stack["base"], stack["key"])
+    assert nav_labels(page) == ["Overview", "Keys", "Teams", "Models", "Rollouts", "Usage",
+                                "Requests", "Playground", "Audit log"]
+    shot(page, artifacts, "01-overview")
+
+    open_page(page, "Models")
+    page.get_by_role("button", name=MODEL).click()
+    prices = page.get_by_role("form", name="Prices")
+    prices.get_by_label("USD per 1k prompt tokens").fill("0.5")
+    prices.get_by_label("USD per 1k completion tokens").fill("2")
+    prices.get_by_role("button", name="Save prices").click()
+    model_row = page.get_by_role("table", name="Models").locator("tbody tr").filter(has_text=MODEL)
+    expect(model_row.locator("td[data-col=price_out_per_1k]")).to_have_text("2")
+    backends = page.get_by_role("table", name="Backends")
+    expect(backends.locator("td[data-col=model]").first).to_have_text(MODEL)
+    shot(page, artifacts, "02-models")
+
+    open_page(page, "Teams")
+    form = page.get_by_role("form", name="Create team")
+    form.get_by_label("Team name").fill("research")
+    form.get_by_label("Budget (USD)").fill("5")
+    form.get_by_role("button", name="Create team").click()
+    expect(page.get_by_role("table", name="Teams")).to_contain_text("research")
+    shot(page, artifacts, "03-teams")
+
+    open_page(page, "Keys")
+    page.get_by_role("button", name="New key").click()
+    form = page.get_by_role("form", name="Create key")
+    form.get_by_label("Name").fill("alice")
+    form.get_by_label("Team").select_option("research")
+    form.get_by_label("Budget (USD)").fill("1")
+    form.get_by_role("button", name="Create key").click()
+    secret = page.get_by_test_id("secret").inner_text()
+    assert secret.startswith("ip-")
+    page.get_by_role("button", name="Copy", exact=True).click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    shot(page, artifacts, "04-keys-secret-once")
+    page.get_by_role("button", name="Done").click()
+    expect(page.get_by_test_id("secret")).to_have_count(0)
+    assert secret not in page.content()  # shown once, then gone from the page
+    row = page.get_by_role("row").filter(has_text="alice")
+    expect(row).to_contain_text("research")
+    stack["state"].update(secret=secret, key_id=int(row.locator("td").first.inner_text()))
+    assert not errors, errors
+
+
+def test_the_key_owner_sees_only_the_playground_and_chats(stack, page: Page, artifacts):
+    sign_in(page, stack["base"], stack["state"]["secret"])
+    assert nav_labels(page) == ["Playground"]
+    page.goto(stack["base"] + "/console#/keys")  # a typed URL still lands on what it may use
+    expect(page.get_by_role("heading", level=1)).to_have_text("Playground")
+    page.get_by_label("Model").select_option(MODEL)
+    page.get_by_label("Message").fill("What is the capital of France?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.get_by_test_id("stats")).to_contain_text("completion tokens", timeout=60_000)
+    assert page.get_by_test_id("answer").inner_text().strip()
+    assert re.search(r"latency \d+ ms · TTFT \d+ ms", page.get_by_test_id("stats").inner_text())
+    shot(page, artifacts, "05-playground")
+    sign_out(page)
+    assert page.evaluate("sessionStorage.length") == 0
+
+
+def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
+    key_id = stack["state"]["key_id"]
+    sign_in(page, stack["base"], stack["key"])
+    open_page(page, "Requests")
+    rows = page.get_by_role("table", name="Recent requests").locator("tbody tr")
+    mine = rows.filter(has=page.locator(f"td[data-col=key_id]:text-is('{key_id}')"))
+    for _ in range(20):  # usage is written in batches, about every half second
+        if mine.count():
+            break
+        page.wait_for_timeout(500)
+        page.get_by_role("button", name="Refresh").click()
+    expect(mine.first).to_contain_text(MODEL)
+    expect(mine.first.locator("td[data-col=status]")).to_have_text("ok (200)")
+    shot(page, artifacts, "06-requests")
+
+    open_page(page, "Usage")
+    page.get_by_label("Group by").select_option("key")
+    page.get_by_role("button", name="Show").click()
+    usage = page.get_by_role("table", name="Usage by key")
+    row = usage.locator("tbody tr").filter(has=page.locator(f"td[data-col=key_id]:text-is('{key_id}')"))
+    expect(row.locator("td[data-col=requests]")).to_have_text("1")
+    assert float(row.locator("td[data-col=cost]").inner_text()) > 0
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export CSV", exact=True).click()
+    csv = open(download.value.path()).read().splitlines()
+    assert csv[0] == "key_id,requests,errors,prompt_tokens,completion_tokens,cost"
+    assert any(line.startswith(f"{key_id},1,0,") for line in csv[1:])
+    shot(page, artifacts, "07-usage")
+
+    open_page(page, "Overview")
+    expect(page.locator(".stat").first).not_to_contain_text("0requests")
+    shot(page, artifacts, "01-overview")
+
+
+def test_canary_against_a_failing_candidate_rolls_back(stack, page: Page, artifacts):
+    stop = threading.Event()
+    traffic = threading.Thread(target=send_until, args=(stack, stop), daemon=True)
+    traffic.start()
+    try:
+        sign_in(page, stack["base"], stack["key"])
+        open_page(page, "Rollouts")
+        page.get_by_role("button", name="New rollout").click()
+        form = page.get_by_role("form", name="Start a rollout")
+        form.get_by_label("Model").select_option(CANARY)
+        form.get_by_label("Candidate version").fill("v2")
+        form.get_by_label("Steps").fill("0.5:30")
+        form.get_by_label("Analysis interval (s)").fill("1")
+        form.get_by_label("Minimum requests").fill("4")
+        form.get_by_label("Max error rate").fill("0.1")
+        form.get_by_role("button", name="Start rollout").click()
+        expect(page.get_by_test_id("rollout-state")).to_have_text("rolled_back", timeout=60_000)
+        expect(page.get_by_role("table", name="Measurements")).to_contain_text("fail")
+        expect(page.locator("figure.chart")).to_have_count(3)
+        shot(page, artifacts, "08-rollouts")
+    finally:
+        stop.set()
+        traffic.join(30)
+    alias = stack["admin"].get(f"/models/{CANARY}/aliases/default").json()
+    assert alias["version"] == "v1"
+
+
+def send_until(stack, stop: threading.Event) -> None:
+    with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {stack['key']}"}) as c:
+        while not stop.is_set():
+            c.post(stack["base"] + "/v1/chat/completions", json={
+                "model": CANARY, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+            stop.wait(0.03)
+
+
+def test_admin_revokes_the_key_and_finds_it_in_the_audit_log(stack, page: Page, artifacts):
+    secret = stack["state"]["secret"]
+    sign_in(page, stack["base"], stack["key"])
+    open_page(page, "Keys")
+    row = page.get_by_role("row").filter(has_text="alice")
+    row.get_by_role("button", name="Revoke").click()
+    row.get_by_role("button", name="Confirm revoke").click()
+    expect(page.get_by_role("row").filter(has_text="alice")).to_have_count(0)
+    refused = httpx.post(stack["base"] + "/v1/chat/completions", headers={
+        "Authorization": f"Bearer {secret}"}, json={"model": MODEL, "messages": []})
+    assert refused.status_code == 401
+    open_page(page, "Audit log")
+    page.get_by_label("Action").fill("revoke")
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_role("table", name="Audit log").locator("tbody tr")).to_have_count(1)
+    shot(page, artifacts, "09-audit")
+
+
+def test_an_operator_sees_no_key_pages_and_cannot_create_keys(stack, page: Page, artifacts):
+    made = stack["admin"].post("/keys", json={"name": "ops", "role": "operator"}).json()
+    sign_in(page, stack["base"], made["secret"])
+    labels = nav_labels(page)
+    assert "Keys" not in labels and "Teams" not in labels and "Rollouts" in labels
+    status = page.evaluate("""async () => (await fetch('/admin/v1/keys', {method: 'POST',
+        headers: {Authorization: 'Bearer ' + sessionStorage.getItem('inferplane-key'),
+                  'Content-Type': 'application/json'}, body: '{"name": "x"}'})).status""")
+    assert status == 403
+    shot(page, artifacts, "10-operator-overview")
