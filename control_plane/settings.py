@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.modalities import Modality
+
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -41,6 +43,8 @@ class ModelSpec(BaseModel):
     backends: list[BackendSpec] = Field(default_factory=list)
     price_in_per_1k: float = 0.0
     price_out_per_1k: float = 0.0
+    # content types it reads: text, image, audio, file, video (others are refused with a 400)
+    modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
 
     @model_validator(mode="after")
     def _builtin_needs_model(self) -> "ModelSpec":

@@ -16,6 +16,7 @@ from engine_adapter.base import EngineError
 from gateway.accounting import CLIENT_CLOSED, Accounting
 from gateway.admission import QueueFull, QueueTimeout
 from gateway.errors import OpenAIError, error_from_upstream
+from gateway.modalities import check_content
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
 from gateway.resolve import check_access, choose_version, fallback_views, resolve_model
 from gateway.resume import can_continue, continuation_body, may_resume
@@ -96,6 +97,7 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
         if state.cold_starter is not None:   # only requests the key may make count as activity
             state.cold_starter.note_request(model_view.name)
         _validate(req, model_view)
+        check_content(kind, body, model_view)
         prompt_tokens = gate.prompt_tokens(kind, body)
         with child_span("gateway.limits"):
             decision, hold = await gate.admit(principal, snapshot, model_view, prompt_tokens,

@@ -86,6 +86,8 @@ class Model(Versioned, Timestamps, Base):
     tier: Mapped[str] = mapped_column(String(10), default="hot")
     price_in_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
     price_out_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
+    # content types the model reads (gateway.modalities); text-only unless declared
+    modalities: Mapped[list[Any]] = mapped_column(default=lambda: ["text"])
 
     versions: Mapped[list[ModelVersion]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True,

@@ -65,6 +65,7 @@ class ModelView:
     adapters: tuple[str, ...] = ()
     # splits of "<model>:<alias>" requests for an alias a rollout is moving
     alias_splits: Mapping[str, tuple[SplitView, ...]] = field(default_factory=lambda: EMPTY)
+    modalities: tuple[str, ...] = ("text",)  # content types it reads (gateway.modalities)
 
     def backends_for(self, version: str | None) -> tuple[BackendView, ...]:
         if version is None:
@@ -172,7 +173,8 @@ def _model_view(model: Model) -> ModelView:
         price_in_per_1k=model.price_in_per_1k, price_out_per_1k=model.price_out_per_1k,
         splits=splits, aliases=MappingProxyType(aliases),
         adapters=tuple(sorted(a.name for a in model.adapters)),
-        alias_splits=MappingProxyType(alias_splits))
+        alias_splits=MappingProxyType(alias_splits),
+        modalities=tuple(model.modalities or ("text",)))
 
 
 def _key_view(key: ApiKey) -> KeyView:

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gateway.auth import Principal
+from gateway.modalities import Modality
 from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
 from registry.models import Model
@@ -38,6 +39,8 @@ class ModelCreate(Body):
     tier: Tier = "hot"
     price_in_per_1k: float = Field(0.0, ge=0, le=1e6)
     price_out_per_1k: float = Field(0.0, ge=0, le=1e6)
+    modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1,
+                                       max_length=5, description="content types it reads")
 
 
 class ModelPatch(Patch):
@@ -48,6 +51,7 @@ class ModelPatch(Patch):
     tier: Tier = None
     price_in_per_1k: float = Price
     price_out_per_1k: float = Price
+    modalities: list[Modality] = Field(None, min_length=1, max_length=5)
 
 
 def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:
