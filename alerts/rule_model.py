@@ -23,6 +23,7 @@ class RuleConfig:
     queue_depth_threshold: int = 50
     kv_usage_threshold: float = 0.95
     rejection_ratio_threshold: float = 0.10
+    backend_error_ratio_threshold: float = 0.05  # failed / routed requests of one backend
     rollout_step_timeout_s: int = 3600
     runbook_base: str = RUNBOOK_BASE
 

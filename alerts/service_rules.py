@@ -42,6 +42,7 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
             description=("The breaker of {{ $labels.backend }} has been open within every 5 minute "
                          "window for 5 minutes; traffic goes to the other backends."),
         ),
+        backend_errors_alert(config),
         Alert(
             name="InferplaneQueueBuildup",
             expr=f"sum by (model) (inferplane_queue_depth{{{GW}}}) > {config.queue_depth_threshold}",
@@ -61,6 +62,26 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
                          "that are too tight."),
         ),
     ]
+
+
+def backend_errors_alert(config: RuleConfig) -> Alert:
+    # The cause behind a burn: which backend fails. Client 4xx and client disconnects say
+    # nothing about the engine. Errors per routed request: a backend whose breaker is open
+    # gets no picks, so the ratio goes to +Inf and keeps firing while it errs.
+    errors = (f'sum by (model, backend) (rate(inferplane_upstream_errors_total{{{GW},'
+              f'kind!~"http_4xx|aborted"}}[5m]))')
+    picks = f"sum by (backend) (rate(inferplane_routing_decisions_total{{{GW}}}[5m]))"
+    threshold = number(config.backend_error_ratio_threshold)
+    return Alert(
+        name="InferplaneBackendErrors",
+        expr=f"{errors}\n/ on (backend) group_left\n{picks}\n> {threshold}\n",
+        for_="5m", severity="ticket",
+        summary="Backend {{ $labels.backend }} of {{ $labels.model }} fails requests",
+        description=("{{ $value | humanizePercentage }} of the requests routed to backend "
+                     "{{ $labels.backend }} fail upstream (connect, timeout, 5xx, broken "
+                     f"streams; threshold {config.backend_error_ratio_threshold:.0%}); retries "
+                     "and the breaker hide it from clients only while other backends have room."),
+    )
 
 
 def engine_alerts(config: RuleConfig) -> list[Alert]:

@@ -3,7 +3,8 @@ fault-injecting engine, scraped by Prometheus (the committed rules, `for` shorte
 Alertmanager (the committed routes and inhibitions, short timers) to a webhook in this test.
 
 - a burst of upstream 5xx burns the error budget: the fast-burn alert pages with the model's
-  labels, and the slow-burn alerts of the same model are inhibited;
+  labels, the slow-burn alerts of the same model are inhibited, and the backend-errors alert
+  files a ticket naming the model and the backend;
 - the builtin engine is killed: the engine-down alert pages with the model and instance, and is
   resolved once the supervisor has restarted the engine.
 """
@@ -103,7 +104,7 @@ def firing(name: str, **labels):
 
 
 def test_error_burst_pages_for_the_budget_burn(stack, alerting, fake_engine):
-    hook, am, _ = alerting
+    hook, am, prom = alerting
     headers = {"Authorization": f"Bearer {stack['key']}"}
     with httpx.Client(base_url=stack["base"], headers=headers, timeout=30) as client:
         wait_until_served(client, FLAKY)
@@ -129,6 +130,15 @@ def test_error_burst_pages_for_the_budget_burn(stack, alerting, fake_engine):
     assert slow <= inhibited
     delivered = {a["labels"]["alertname"] for n in hook.notifications for a in n["alerts"]}
     assert not slow & delivered
+    # The cause goes to the ticket queue, naming the backend the gateway routed to.
+    (picked,) = wait_for_samples(prom, f'inferplane_routing_decisions_total{{model="{FLAKY}"}}')
+    backend = picked["metric"]["backend"]
+    ticket = hook.wait_for(firing("InferplaneBackendErrors", model=FLAKY, backend=backend), 30)
+    assert ticket["receiver"] == "tickets"
+    assert ticket["groupLabels"] == {"model": FLAKY, "backend": backend}
+    cause = alerts_in(ticket, "InferplaneBackendErrors", "firing")[0]
+    assert cause["labels"]["severity"] == "ticket"
+    assert cause["annotations"]["runbook_url"] == RUNBOOK + "inferplanebackenderrors"
 
 
 def test_killed_engine_pages_then_resolves_after_restart(stack, alerting):
