@@ -17,21 +17,28 @@ class LoopMonitor:
     def __init__(self, registry: CollectorRegistry, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self.lag = Gauge("inferplane_event_loop_lag_seconds",
-                         "How late a timer callback ran on the gateway's event loop (last sample)",
-                         registry=registry)
+                         "Worst lateness of a timer callback on the gateway's event loop since "
+                         "the previous scrape", registry=registry)
         self.tasks = Gauge("inferplane_event_loop_tasks", "asyncio tasks alive in the gateway",
                            registry=registry)
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Read at scrape time (another thread may serve /metrics): a count, never the set.
+        self._worst_lag = 0.0
+        # Both are read at scrape time: a spike between two scrapes is not averaged away.
         self.tasks.set_function(self._task_count)
+        self.lag.set_function(self._take_worst_lag)
 
     def _task_count(self) -> float:
         loop = self._loop
         return float(len(asyncio.all_tasks(loop))) if loop is not None else 0.0
+
+    def _take_worst_lag(self) -> float:
+        worst, self._worst_lag = self._worst_lag, 0.0
+        return worst
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         while True:
             started = time.perf_counter()
             await asyncio.sleep(self.interval_s)
-            self.lag.set(max(0.0, time.perf_counter() - started - self.interval_s))
+            lag = max(0.0, time.perf_counter() - started - self.interval_s)
+            self._worst_lag = max(self._worst_lag, lag)
