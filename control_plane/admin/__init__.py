@@ -10,13 +10,13 @@ from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import adapters, aliases, audit, backends, keys, models, slos, teams, versions
-from . import requests, usage, whoami
+from . import backend_status, requests, usage, whoami
 from gateway.openapi_doc import install_openapi
 
 from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,
-                  usage, requests, whoami)
+                  usage, requests, whoami, backend_status)
 
 
 def build_admin_router(session_factory: sessionmaker[Session], snapshot_source,

@@ -117,7 +117,8 @@ export function Chart({ title, data, series, height = 220, pad = 60 }) {
     const plot = new window.uPlot({
       title, width: Math.max(320, el.current.clientWidth - 8), height,
       series: [{}, ...series.map((s) => ({ width: 2, points: { show: true }, ...s }))],
-      scales: { x: { time: true, range: (u, min, max) => (min === max ? [min - pad, max + pad] : [min, max]) } },
+      // uPlot widens a single x value by 86400e3 s; centre it in ±pad instead.
+      scales: { x: { time: true, range: (u, min, max) => (u.data[0].length === 1 ? [u.data[0][0] - pad, u.data[0][0] + pad] : [min, max]) } },
       axes: [{}, { size: 60 }],
     }, data, el.current);
     return () => plot.destroy();

@@ -113,6 +113,8 @@ def test_admin_creates_team_and_key_and_copies_the_secret(stack, page: Page, art
     expect(model_row.locator("td[data-col=price_out_per_1k]")).to_have_text("2")
     backends = page.get_by_role("table", name="Backends")
     expect(backends.locator("td[data-col=model]").first).to_have_text(MODEL)
+    expect(backends.locator("td[data-col=breaker]").first).to_have_text("closed")
+    expect(backends.locator("td[data-col=kv_usage]").first).to_have_text(re.compile(r"\d+%"))
     shot(page, artifacts, "02-models")
 
     open_page(page, "Teams")

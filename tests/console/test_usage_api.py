@@ -134,3 +134,10 @@ async def test_whoami_names_the_role_for_every_role(env):
         r = await get(env, "/admin/v1/whoami", role=role)
         assert r.status_code == 200 and r.json()["role"] == role
     assert (await env.client.get("/admin/v1/whoami")).status_code == 401
+
+
+async def test_backend_status_needs_a_gateway_in_the_process(env):
+    # The admin app here has no gateway router; `inferplane up` has (the browser tests).
+    r = await get(env, "/admin/v1/backend-status")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "no_gateway"
+    assert (await get(env, "/admin/v1/backend-status", role="user")).status_code == 403

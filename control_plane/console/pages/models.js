@@ -1,7 +1,7 @@
 // Models (operators): prices, versions, aliases with history, and each model's backends
 // (state, tier, weight, adapters) with add, change and remove.
 import { api, apiAll } from "../api.js";
-import { Action, ErrorNote, Field, Loaded, Table, cleaned, fmt, html, useLoad, useState, when } from "../ui.js";
+import { Action, ErrorNote, Field, Loaded, Table, cleaned, fmt, html, useEffect, useLoad, useState, when } from "../ui.js";
 
 const STATES = ["starting", "ready", "down", "draining"];
 const TIERS = ["hot", "warm", "cold"];
@@ -41,6 +41,14 @@ function AddBackend({ model, versions, reload }) {
     <div class="field"><button type="submit">Add backend</button></div><${ErrorNote} error=${error} /></form>`;
 }
 
+// Live columns from /admin/v1/backend-status (this gateway's breaker and load view).
+const live = (field, show = fmt) => (b) => (b.live ? show(b.live[field]) : "–");
+export const LIVE = [
+  { key: "breaker", render: live("breaker") }, { key: "inflight", label: "in flight", render: live("inflight") },
+  { key: "running", render: live("running") }, { key: "waiting", render: live("waiting") },
+  { key: "kv_usage", label: "KV use", render: live("kv_usage", (v) => `${Math.round(100 * v)}%`) },
+];
+
 function patchBackend(b, change, reload) {
   return api(`/admin/v1/backends/${b.id}`, { method: "PATCH", body: change }).then(reload);
 }
@@ -55,7 +63,9 @@ function ModelDetail({ model, names, reload }) {
     versions: await apiAll(`/admin/v1/models/${model.name}/versions`),
     aliases: await apiAll(`/admin/v1/models/${model.name}/aliases`),
     backends: await apiAll("/admin/v1/backends", { model: model.name }),
+    live: Object.fromEntries((await api("/admin/v1/backend-status")).data.map((b) => [b.id, b])),
   }), [model.name]);
+  useEffect(() => { const t = setInterval(again, 5000); return () => clearInterval(t); }, [again]);
   const [history, setHistory] = useState(null);
   const refresh = () => { again(); reload(); };
   const backendCols = [
@@ -65,11 +75,11 @@ function ModelDetail({ model, names, reload }) {
       onChange=${(v) => patchBackend(b, { state: v }, again)} />` },
     { key: "tier", render: (b) => html`<${Select} label=${`Tier of backend ${b.id}`} value=${b.tier} options=${TIERS}
       onChange=${(v) => patchBackend(b, { tier: v }, again)} />` },
-    { key: "weight" }, { key: "gpu_type", label: "GPU" }, { key: "adapters" },
+    { key: "weight" }, { key: "gpu_type", label: "GPU" }, { key: "adapters" }, ...LIVE,
     { key: "actions", render: (b) => html`<${Action} label="Remove" kind="danger" confirm
       run=${() => api(`/admin/v1/backends/${b.id}`, { method: "DELETE" }).then(again)} />` },
   ];
-  return html`<${Loaded} state=${state}>${({ versions, aliases, backends }) => html`
+  return html`<${Loaded} state=${state}>${({ versions, aliases, backends, live }) => html`
     <section class="card"><h2>Prices</h2><${Prices} model=${model} reload=${refresh} /></section>
     <section class="card"><h2>Versions</h2><${Table} label="Versions" rows=${versions}
       cols=${[{ key: "version" }, { key: "kind" }, { key: "status" }, { key: "engine" }, { key: "source_uri", label: "source" }, { key: "created_at", render: (v) => when(v.created_at) }]} /></section>
@@ -78,7 +88,7 @@ function ModelDetail({ model, names, reload }) {
         onClick=${async () => setHistory({ alias: a.name, rows: (await api(`/admin/v1/models/${model.name}/aliases/${a.name}/history`)).data })}>History</button>` }]} />
       ${history ? html`<h3>History of ${history.alias}</h3><${Table} label="Alias history" rows=${history.rows}
         cols=${[{ key: "at", render: (h) => when(h.at) }, { key: "old_version", label: "from" }, { key: "new_version", label: "to" }, { key: "actor" }]} />` : null}</section>
-    <section class="card"><h2>Backends</h2><${Table} label="Backends" cols=${backendCols} rows=${backends} />
+    <section class="card"><h2>Backends</h2><${Table} label="Backends" cols=${backendCols} rows=${backends.map((b) => ({ ...b, live: live[String(b.id)] }))} />
       <h3>Add a backend</h3><${AddBackend} model=${model.name} versions=${versions} reload=${again} /></section>`}<//>`;
 }
 

@@ -2,6 +2,7 @@
 // time per model, backends by state, active rollouts, and alerts drawn from the same figures.
 import { api, apiAll } from "../api.js";
 import { COLOURS, Chart, Loaded, Table, fmt, html, useLoad } from "../ui.js";
+import { LIVE } from "./models.js";
 import { defaultRange } from "./usage.js";
 
 const ACTIVE = ["pending", "progressing", "paused", "promoting", "aborting"];
@@ -22,6 +23,8 @@ export function alerts({ recent, backends, rollouts }) {
   const p95 = percentile(recent.map((r) => r.ttft_ms), 0.95);
   if (p95 !== null && p95 > 2000) out.push(`TTFT p95 ${Math.round(p95)} ms (above 2000 ms)`);
   for (const b of backends.filter((x) => x.state === "down")) out.push(`Backend ${b.id} (${b.url}) is down`);
+  for (const b of backends.filter((x) => x.live && x.live.breaker !== "closed")) out.push(`Backend ${b.id} breaker is ${b.live.breaker}`);
+  for (const b of backends.filter((x) => x.live && x.live.kv_usage > 0.9)) out.push(`Backend ${b.id} KV cache ${Math.round(100 * b.live.kv_usage)}% full`);
   for (const r of rollouts.filter((x) => x.state === "paused")) out.push(`Rollout ${r.id} of ${r.model} is paused: ${r.reason || "by an operator"}`);
   return out;
 }
@@ -45,7 +48,9 @@ export function Overview() {
       api("/admin/v1/usage", { query: { since: `${range.since}T00:00:00Z`, until: `${range.until}T00:00:00Z`, group_by: "model,day" } }),
       api("/admin/v1/requests", { query: { limit: 500 } }), apiAll("/admin/v1/backends"),
       api("/admin/v1/rollouts", { query: { limit: 100 } }), apiAll("/admin/v1/models")]);
-    return { usage, recent: recent.data, backends, rollouts: rollouts.data, models };
+    const live = Object.fromEntries((await api("/admin/v1/backend-status")).data.map((b) => [b.id, b]));
+    return { usage, recent: recent.data, backends: backends.map((b) => ({ ...b, live: live[String(b.id)] })),
+      rollouts: rollouts.data, models };
   });
   return html`<${Loaded} state=${state}>${({ usage, recent, backends, rollouts, models }) => {
     const t = usage.totals;
@@ -78,7 +83,7 @@ export function Overview() {
       <section class="card"><h2>Backends by state</h2>
         <p>${Object.entries(byState).map(([s, n]) => html`<span class=${`badge ${s}`}>${s}: ${n}</span> `)}</p>
         <${Table} label="Backends" rows=${backends} cols=${[{ key: "id" }, { key: "model", render: (b) => names[b.model_id] || b.model_id },
-          { key: "version" }, { key: "url" }, { key: "state" }, { key: "tier" }, { key: "weight" }]} /></section>
+          { key: "version" }, { key: "url" }, { key: "state" }, { key: "tier" }, { key: "weight" }, ...LIVE]} /></section>
       <section class="card"><h2>Active rollouts</h2><${Table} label="Active rollouts" rows=${active} empty="No active rollouts."
         cols=${[{ key: "id" }, { key: "model" }, { key: "strategy" }, { key: "state", label: "phase" }, { key: "weight" }, { key: "candidate_version", label: "candidate" }]} /></section>`;
   }}<//>`;
