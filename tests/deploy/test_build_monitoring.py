@@ -1,5 +1,5 @@
-"""deploy/kubernetes/build_prometheusrule.py: the committed PrometheusRule objects are the
-alerts/ rule files, unchanged, and pass promtool."""
+"""deploy/kubernetes/build_monitoring.py: the committed PrometheusRule objects are the alerts/
+rule files, unchanged, and pass promtool; the dashboard ConfigMaps hold dashboards/*.json."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,14 +10,15 @@ import sys
 import yaml
 
 from tests.deploy.kustomize import KUBERNETES_DIR
-from tests.observability.metric_names import RULE_DIR, rules
+from tests.observability.metric_names import DASHBOARD_DIR, RULE_DIR, rules
 
-GENERATOR = KUBERNETES_DIR / "build_prometheusrule.py"
+GENERATOR = KUBERNETES_DIR / "build_monitoring.py"
 COMMITTED = KUBERNETES_DIR / "base" / "prometheusrule.yaml"
+BOARDS = KUBERNETES_DIR / "base" / "grafana-dashboards.yaml"
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("build_prometheusrule", GENERATOR)
+    spec = importlib.util.spec_from_file_location("build_monitoring", GENERATOR)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -44,8 +45,8 @@ def test_a_changed_rule_file_changes_the_output(tmp_path):
     engine = tmp_path / "engine.rules.yml"
     engine.write_text(engine.read_text().replace("for: 2m", "for: 7m"))
     build = generator()
-    assert build.render(tmp_path) != build.render(RULE_DIR)
-    assert "for: 7m" in build.render(tmp_path)
+    changed = build.render(tmp_path)["prometheusrule.yaml"]
+    assert changed != build.render()["prometheusrule.yaml"] and "for: 7m" in changed
 
 
 def test_embedded_groups_pass_promtool(tmp_path):
@@ -59,3 +60,14 @@ def test_embedded_groups_pass_promtool(tmp_path):
     result = subprocess.run([promtool, "check", "rules", *paths], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_config_maps_hold_the_boards_byte_for_byte():
+    maps = list(yaml.safe_load_all(BOARDS.read_text()))
+    boards = {p.name: p.read_text() for p in DASHBOARD_DIR.glob("*.json")}
+    assert {name for m in maps for name in m["data"]} == set(boards)
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        (name, text), = config_map["data"].items()
+        assert text == boards[name]
+        assert len(text.encode()) < 256 * 1024  # client-side apply's annotation limit
