@@ -144,11 +144,7 @@ def lora_roots_from_args(a: argparse.Namespace) -> list[str]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-    from fastapi import FastAPI
-
     from .connections import PortInUse, listen_socket, uvicorn_config
-    from .server import create_engine_app
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -157,6 +153,11 @@ def serve(args: argparse.Namespace) -> int:
     except PortInUse as exc:
         print(f"[engine] error: {exc}", file=sys.stderr, flush=True)
         return 1
+    import uvicorn
+    from fastapi import FastAPI
+
+    from .server import create_engine_app
+
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
     from .tracing import setup_engine_tracing
