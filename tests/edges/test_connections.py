@@ -122,3 +122,18 @@ def test_request_bodies_are_bounded_and_timed(up):
     resp = httpx.post(base + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
                       json={"model": "none", "messages": [{"role": "user", "content": "hi"}]})
     assert resp.status_code == 404  # a normal-sized body still reaches the API
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit():
+    import resource
+
+    from builtin_engine.connections import raise_fd_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(256, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+    try:
+        assert raise_fd_limit() == hard
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
