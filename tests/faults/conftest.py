@@ -47,6 +47,40 @@ class BlackHole:
             conn.close()
 
 
+class PrivateRedis:
+    """A redis-server of the test's own on a fixed port, to stop and start at will (the shared
+    one on 6379 serves other tests)."""
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.port, self.workdir = port, workdir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return
+            assert time.monotonic() < deadline, "private redis-server did not start"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGKILL: an outage, not a clean shutdown (nothing is saved either way)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 def start_fake_engine(port: int, name: str, log: Path) -> subprocess.Popen:
     proc = start_process(["-m", "tests.gateway.fake_engine", "--port", str(port), "--name", name],
                          log_path=log)
@@ -148,14 +182,17 @@ class Stack:
             time.sleep(0.3)
 
 
-def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int]) -> Books:
-    """Every request the client made (its final status in `codes`) is in the request log, the
-    gateway's request counters, and charged: log spend == metric spend == key spend."""
+def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int],
+                        refused: list[int] = ()) -> Books:
+    """Every admitted request (its final status in `codes`) is in the request log, the
+    gateway's request counters, and charged: log spend == metric spend == key spend.
+    Requests `refused` at admission (limits, budgets) cost nothing and are not usage: they
+    are in the request counters only."""
     after = stack.settled_books(model, len(before.log) + len(codes))
     new_rows = after.log[: len(after.log) - len(before.log)]
     assert Counter(r["http_status"] for r in new_rows) == Counter(codes), new_rows
     counted = after.requests_by_code(model) - before.requests_by_code(model)
-    assert counted == Counter(codes)
+    assert counted == Counter(codes) + Counter(refused)
     logged_cost = sum(r["cost"] for r in new_rows)
     metric_cost = (metric_sum(after.metrics, "inferplane_spend_usd_total", model=model)
                    - metric_sum(before.metrics, "inferplane_spend_usd_total", model=model))
@@ -172,6 +209,6 @@ def delta(before: Books, after: Books, name: str, **labels: str) -> float:
     return metric_sum(after.metrics, name, **labels) - metric_sum(before.metrics, name, **labels)
 
 
-__all__ = ["BlackHole", "Books", "PRICE", "Stack", "assert_nothing_lost", "delta", "free_port",
+__all__ = ["BlackHole", "Books", "PRICE", "PrivateRedis", "Stack", "assert_nothing_lost", "delta", "free_port",
            "openai_model", "samples", "start_builtin_engine", "start_fake_engine",
            "stop_process"]
