@@ -6,6 +6,7 @@ text-only by default). A chat message whose content holds a part the model does 
 from a model that silently never saw it.
 
     check_content("chat", body, model_view)   # None, or OpenAIError(400)
+    accepts("chat", body, fallback_view)      # False: skip that fallback
 """
 from __future__ import annotations
 
@@ -23,21 +24,42 @@ PART_MODALITY = {"text": "text", "image_url": "image", "input_image": "image", "
 
 
 def check_content(kind: str, body: dict, model_view) -> None:
-    if kind != "chat":
+    """None when `model_view` reads every content part of the body; OpenAIError(400) else."""
+    refused = _first_refused(kind, body, model_view)
+    if refused is None:
         return
-    declared = getattr(model_view, "modalities", None) or TEXT_ONLY
+    i, j, part_type, needed = refused
+    if needed is None:
+        raise OpenAIError(400, f"messages[{i}].content[{j}]: unknown content part type "
+                          f"{part_type!r}", param=f"messages[{i}].content[{j}].type",
+                          code="invalid_content_type")
+    declared = _declared(model_view)
+    raise OpenAIError(400, f"model '{model_view.name}' does not accept {needed} input "
+                      f"(messages[{i}].content[{j}] is of type {part_type!r}; the model accepts "
+                      f"{', '.join(declared)})", param=f"messages[{i}].content[{j}]",
+                      code="unsupported_content_type")
+
+
+def accepts(kind: str, body: dict, model_view) -> bool:
+    """Whether `model_view` reads the body (a fallback that does not is skipped)."""
+    return _first_refused(kind, body, model_view) is None
+
+
+def _declared(model_view) -> tuple[str, ...]:
+    return getattr(model_view, "modalities", None) or TEXT_ONLY
+
+
+def _first_refused(kind: str, body: dict, model_view):
+    """(message index, part index, part type, modality needed or None) of the first part the
+    model cannot read, or None."""
+    if kind != "chat":
+        return None
+    declared = _declared(model_view)
     for i, message in enumerate(body.get("messages") or ()):
         content = message.get("content") if isinstance(message, dict) else None
         for j, part in enumerate(content if isinstance(content, list) else ()):
-            kind_of = part.get("type") if isinstance(part, dict) else None
-            needed = PART_MODALITY.get(kind_of) if isinstance(kind_of, str) else None
-            if needed is None:
-                raise OpenAIError(400, f"messages[{i}].content[{j}]: unknown content part type "
-                                  f"{kind_of!r}", param=f"messages[{i}].content[{j}].type",
-                                  code="invalid_content_type")
-            if needed not in declared:
-                raise OpenAIError(
-                    400, f"model '{model_view.name}' does not accept {needed} input "
-                    f"(messages[{i}].content[{j}] is of type {kind_of!r}; the model accepts "
-                    f"{', '.join(declared)})", param=f"messages[{i}].content[{j}]",
-                    code="unsupported_content_type")
+            part_type = part.get("type") if isinstance(part, dict) else None
+            needed = PART_MODALITY.get(part_type) if isinstance(part_type, str) else None
+            if needed is None or needed not in declared:
+                return i, j, part_type, needed
+    return None

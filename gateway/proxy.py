@@ -16,7 +16,7 @@ from engine_adapter.base import EngineError
 from gateway.accounting import CLIENT_CLOSED, Accounting
 from gateway.admission import QueueFull, QueueTimeout
 from gateway.errors import OpenAIError, error_from_upstream
-from gateway.modalities import check_content
+from gateway.modalities import accepts, check_content
 from gateway.relay import chat_text, completion_text, finish_json, relay_stream
 from gateway.resolve import check_access, choose_version, fallback_views, resolve_model
 from gateway.resume import can_continue, continuation_body, may_resume
@@ -195,7 +195,9 @@ async def _dispatch(request: Request, state: GatewayState, call: Call, model_vie
                     version) -> Response:
     last_error: EngineError | None = None
     m = state.metrics
-    plan = _attempt_plan(state.snapshot, model_view, version, call.acct.principal)
+    plan = ((target, backends, is_fallback) for target, backends, is_fallback
+            in _attempt_plan(state.snapshot, model_view, version, call.acct.principal)
+            if not is_fallback or accepts(call.kind, call.body, target))
     for target, backends, is_fallback in plan:
         if is_fallback:
             call.ctx.token_ids = None    # another model: another tokenizer and cache

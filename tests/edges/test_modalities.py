@@ -72,3 +72,16 @@ async def test_modalities_go_from_the_admin_api_into_the_snapshot(tmp_path):
         snap = build_snapshot(session)
     assert snap.models["plain"].modalities == ("text",)
     assert snap.models["vision"].modalities == ("text", "image")
+
+
+def test_a_fallback_that_cannot_read_the_content_is_skipped(engines, make_gateway):
+    vision = replace(model("m", [backend(engines[0])], fallbacks=("text-only", "vision-2")),
+                     modalities=("text", "image"))
+    gw = make_gateway([vision, model("text-only", [backend(engines[1])]),
+                       replace(model("vision-2", [backend(engines[2])]),
+                               modalities=("text", "image"))])
+    engines[0].control(fail_status=503)
+    with gw.client() as client:
+        resp = client.post("/v1/chat/completions", json=chat_body(messages=_parts(IMAGE)))
+    assert resp.status_code == 200, resp.text
+    assert engines[1].stats()["requests"] == 0 and engines[2].stats()["requests"] == 1
