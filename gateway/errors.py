@@ -95,11 +95,13 @@ def _allowed_methods(request: Request) -> str:
     """Every method of every route on this path (Starlette names only the first route's)."""
     from starlette.routing import Match
 
+    from gateway.openapi_doc import api_routes
+
+    scope = {**request.scope, "method": "\0"}  # no route has it: a path match is PARTIAL
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\0"})
-        if match is Match.PARTIAL:
-            methods |= set(getattr(route, "methods", None) or ())
+    for route in [*api_routes(request.app), *request.app.router.routes]:
+        if getattr(route, "methods", None) and route.matches(scope)[0] is Match.PARTIAL:
+            methods |= set(route.methods)
     return ", ".join(sorted(methods))
 
 

@@ -55,6 +55,16 @@ ERROR_SCHEMA = {
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
+def api_routes(app: FastAPI) -> list:
+    """Every APIRoute of the app, routers included at any depth, with its effective path,
+    methods and dependencies (FastAPI ≥ 0.16x includes routers lazily)."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # older FastAPI flattens included routers into app.routes
+        return [r for r in app.routes if isinstance(r, APIRoute)]
+    return [c for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
 def _dependency_calls(dependant) -> Iterator[Any]:
     for dep in dependant.dependencies:
         yield dep.call
@@ -69,22 +79,30 @@ def route_auth(route: APIRoute) -> str | None:
     return "key" if authenticate in calls else None
 
 
+def _params(dependant, kind: str) -> list:
+    """The `kind` params (path_params, query_params, ...) of the route and its dependencies."""
+    found = list(getattr(dependant, kind))
+    for dep in dependant.dependencies:
+        found += _params(dep, kind)
+    return found
+
+
 def _has_input(route: APIRoute) -> bool:
-    d = route.dependant
-    return bool(d.path_params or d.query_params or d.header_params or d.body_params
-                or "requestBody" in (route.openapi_extra or {}))
+    kinds = ("path_params", "query_params", "header_params", "body_params")
+    return any(_params(route.dependant, k) for k in kinds) \
+        or "requestBody" in (route.openapi_extra or {})
 
 
 def error_statuses(route: APIRoute, method: str) -> set[int]:
     """The error statuses `method` on `route` can answer (see the module docstring)."""
     codes: set[int] = set()
-    admin = route.path.startswith(ADMIN)
+    admin = route.path_format.startswith(ADMIN)
     if _has_input(route):
         codes.add(400)
     if route_auth(route) is not None:
         codes |= {401, 403}
     if route.dependant.path_params or any(p.name == "model"
-                                          for p in route.dependant.query_params):
+                                          for p in _params(route.dependant, "query_params")):
         codes.add(404)
     if admin:
         codes.add(503)
@@ -92,15 +110,15 @@ def error_statuses(route: APIRoute, method: str) -> set[int]:
             codes |= {404, 409}  # creates name other rows too (a team, a model, a version)
             if method != "DELETE":
                 codes.add(422)
-    elif method == "POST" and route.path.startswith("/v1/"):
+    elif method == "POST" and route.path_format.startswith("/v1/"):
         codes |= set(PROXY_ERRORS)
     return codes
 
 
 def _document(doc: dict, app: FastAPI) -> dict:
     doc.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.include_in_schema:
+    for route in api_routes(app):
+        if not route.include_in_schema:
             continue
         for method in route.methods:
             operation = doc["paths"].get(route.path_format, {}).get(method.lower())
@@ -138,4 +156,4 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-__all__ = ["error_statuses", "install_openapi", "route_auth"]
+__all__ = ["api_routes", "error_statuses", "install_openapi", "route_auth"]

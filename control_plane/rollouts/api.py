@@ -53,7 +53,7 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
 
     @router.get("")
     def list_rollouts(model: str | None = Query(None, max_length=200),
-                      state: str | None = Query(None, max_length=20),
+                      state: str | None = Query(None, json_schema_extra={"enum": [*PHASES]}),
                       page: Page = PageDep, _: Principal = Depends(operator)):
         if state is not None and state not in PHASES:
             raise OpenAIError(400, f"state must be one of {', '.join(PHASES)}; got {state!r}",
