@@ -114,6 +114,10 @@ async def proxy_request(request: Request, principal, kind: str) -> Response:
     call = Call(kind, body, req.model, req.stream,
                 bool(req.stream_options and req.stream_options.include_usage), adapter, ctx, acct)
     version = version or choose_version(model_view, session)
+    # Count the request for the version the split chose from now on: a refusal before any
+    # backend is bound (its breaker open, no ready backend, queue full) is that version's
+    # failure. Labelled "none", a failing canary's refusals would vanish from its metrics.
+    acct.version = version or "none"
     try:
         snapshot, model_view = await _ready_backends(state, call, snapshot, model_view, version)
         with child_span("gateway.queue"):

@@ -4,15 +4,17 @@ rollout moves at most one phase.
     pending      waits for a ready backend of the candidate (and an error budget), then step 0
     progressing  holds step i for pause_s; every analysis interval compares the candidate's
                  traffic with the stable version's over that interval; a step ends once its
-                 pause is over and a measurement passed. Inconclusive → paused; more than
-                 failure_limit failures → aborting; after the last step → promoting
+                 pause is over and a measurement passed. What a measurement leads to is
+                 verdicts.decide: inconclusive is retried, too many failures or too long an
+                 inconclusive streak → aborting; after the last step → promoting
     promoting    the alias already points at the candidate; the old version stays routable
                  (weight 0) for warm_delay_s, then succeeded
     aborting     the candidate's weight is 0; one tick later rolled_back
 
 Each transition commits with its audit row and a snapshot-version bump; `on_change` then
 runs (e.g. the snapshot source's refresh) so gateways route on it at once. Baselines for
-the interval deltas live in memory: after a restart the first tick of a step re-baselines.
+the interval deltas live in memory: after a restart (or a leader change) the first tick of a
+step re-baselines, and the counters in the row carry on.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from registry.models import Rollout
 from registry.queries import audit, bump_snapshot_version
 
 from . import store, transitions as t
-from .analysis import measure
+from .analysis import Measurement, measure, unavailable
 from .gauges import RolloutGauges
 from .metrics_source import MetricsUnavailable, Scrape
+from .verdicts import decide
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package
     from control_plane.slo import SloTracker
@@ -48,8 +51,9 @@ DEFAULT_TICK_S = 5.0
 
 @dataclass
 class Baseline:
-    scrape: Scrape
+    scrape: Scrape | None  # None: metrics were unavailable when the interval began
     at: float
+    due_at: float  # when this interval's measurement is owed
 
 
 class RolloutController:
@@ -64,6 +68,7 @@ class RolloutController:
         self.tick_s = tick_s
         self._clock = clock
         self._baselines: dict[int, Baseline] = {}
+        self._scrape_error = ""
 
     async def run(self) -> None:
         while True:
@@ -92,6 +97,7 @@ class RolloutController:
             scrape = await self.metrics_source.scrape()
         except MetricsUnavailable as exc:
             log.warning("no metrics this tick: %s", exc)
+            self._scrape_error = str(exc)
             return None
         if self.slo is not None:
             self.slo.observe(scrape)
@@ -174,31 +180,36 @@ class RolloutController:
     def _analyse(self, session: Session, rollout: Rollout, scrape: Scrape | None,
                  now: float) -> bool:
         """Take a measurement when one is due; False when the rollout left progressing."""
-        spec = t.spec_of(rollout)
-        if scrape is None:
-            return True
+        analysis = t.spec_of(rollout).analysis
         baseline = self._baselines.get(rollout.id)
         if baseline is None or baseline.at < t.status_of(rollout)["step_started_at"]:
-            self._baselines[rollout.id] = Baseline(scrape, now)
+            self._baselines[rollout.id] = Baseline(scrape, now, now + analysis.interval_s)
             return True
-        if now - baseline.at < spec.analysis.interval_s:
+        if baseline.scrape is None and scrape is not None:  # metrics are back: start here
+            baseline.scrape, baseline.at = scrape, now
+        if now < baseline.due_at:
             return True
-        stable = rollout.from_version.label if rollout.from_version else ""
-        model = store.model_names(session, [rollout])[rollout.model_id]
-        result = measure(scrape.since(baseline.scrape), model, stable,
-                         rollout.to_version.label, spec.analysis, now - baseline.at,
-                         mirrored=rollout.spec.get("mode") == "shadow")
-        self._baselines[rollout.id] = Baseline(scrape, now)
-        t.record_measurement(session, rollout, result)
-        if result.verdict == "inconclusive":
-            t.pause(session, rollout, f"inconclusive measurement: {result.message}", now)
-            return False
-        failures = t.status_of(rollout).get("failures", 0)
-        if result.verdict == "fail" and failures > spec.analysis.failure_limit:
-            t.abort(session, rollout, f"{failures} failed measurements (failure_limit "
-                    f"{spec.analysis.failure_limit}); last: {result.message}", now)
+        result = self._measure(session, rollout, baseline, scrape, now)
+        self._baselines[rollout.id] = Baseline(scrape or baseline.scrape, now if scrape else
+                                               baseline.at, now + analysis.interval_s)
+        decision = decide(result, t.status_of(rollout), analysis)
+        t.record_measurement(session, rollout, result, decision)
+        if decision.abort:
+            t.abort(session, rollout, decision.reason, now, detail=result.as_dict())
             return False
         return True
+
+    def _measure(self, session: Session, rollout: Rollout, baseline: Baseline,
+                 scrape: Scrape | None, now: float) -> Measurement:
+        analysis = t.spec_of(rollout).analysis
+        if scrape is None or baseline.scrape is None:
+            return unavailable(self._scrape_error or "no scrape yet", now - baseline.at,
+                               analysis)
+        stable = rollout.from_version.label if rollout.from_version else ""
+        model = store.model_names(session, [rollout])[rollout.model_id]
+        return measure(scrape.since(baseline.scrape), model, stable, rollout.to_version.label,
+                       analysis, now - baseline.at,
+                       mirrored=rollout.spec.get("mode") == "shadow")
 
     def _budget_pause(self, session: Session, rollout: Rollout, now: float) -> bool:
         if self.slo is None or t.spec_of(rollout).force:

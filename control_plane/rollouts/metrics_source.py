@@ -7,6 +7,10 @@ never mix with client traffic, yet they are the only traffic a mirrored candidat
 Analysis never looks at a single scrape, only at `Scrape.since(earlier)` — the traffic of
 one interval. Several gateway replicas are summed; a replica that restarted (a counter went
 down) contributes its new total rather than a negative delta.
+
+Only the six families above are read (`SAMPLE_NAMES`): a gateway's /metrics grows with every
+model, version and backend, and parsing all of it each controller tick costs hundreds of
+milliseconds — in `inferplane up` that is the gateway's own event loop, stalling traffic.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 REQUESTS = "inferplane_requests_total"
@@ -27,6 +31,9 @@ TTFT = "inferplane_time_to_first_token_seconds"
 SHADOW_REQUESTS = "inferplane_shadow_requests_total"
 SHADOW_DURATION = "inferplane_shadow_request_duration_seconds"
 SHADOW_TTFT = "inferplane_shadow_time_to_first_token_seconds"
+HISTOGRAMS = (DURATION, TTFT, SHADOW_DURATION, SHADOW_TTFT)
+SAMPLE_NAMES = frozenset({REQUESTS, SHADOW_REQUESTS} | {
+    h + part for h in HISTOGRAMS for part in ("_bucket", "_count", "_sum")})
 # Shadow outcomes the candidate answered (well or not); "dropped" and "no_backend" copies
 # never reached it, so they say nothing about it.
 SHADOW_ANSWERED = {"ok": False, "error": True, "timeout": True}  # outcome → counts as error
@@ -150,12 +157,32 @@ def _deltas(now: dict[Key, VersionCounts], before: dict[Key, VersionCounts]
 
 
 def parse_metrics(text: str, taken_at: float | None = None) -> Scrape:
-    """Prometheus text exposition → Scrape (other metrics are ignored)."""
+    """Prometheus text exposition → Scrape (other metrics are ignored, before parsing)."""
+    return from_families(text_string_to_metric_families(_relevant_lines(text)), taken_at)
+
+
+def from_families(families, taken_at: float | None = None) -> Scrape:
     scrape = Scrape(time.time() if taken_at is None else taken_at)
-    for family in text_string_to_metric_families(text):
+    for family in families:
         for sample in family.samples:
-            _absorb(scrape, sample.name, sample.labels, sample.value)
+            if sample.name in SAMPLE_NAMES:
+                _absorb(scrape, sample.name, sample.labels, sample.value)
     return scrape
+
+
+def _relevant_lines(text: str) -> str:
+    # Samples of SAMPLE_NAMES only; comments go too (untyped samples keep their full names).
+    return "\n".join(line for line in text.splitlines()
+                     if line[:1] != "#" and _sample_name(line) in SAMPLE_NAMES) + "\n"
+
+
+def _sample_name(line: str) -> str:
+    end = len(line)
+    for stop in ("{", " "):
+        at = line.find(stop)
+        if 0 <= at < end:
+            end = at
+    return line[:end]
 
 
 def _absorb(scrape: Scrape, name: str, labels: dict[str, str], value: float) -> None:
@@ -216,10 +243,7 @@ class MetricsSource:
         finally:
             if owned:
                 await client.aclose()
-        total = Scrape(time.time())
-        for text in texts:
-            total.merge(parse_metrics(text, total.taken_at))
-        return total
+        return await asyncio.to_thread(_sum_texts, texts)
 
     async def _fetch(self, client: httpx.AsyncClient, url: str) -> str:
         try:
@@ -230,16 +254,25 @@ class MetricsSource:
         return response.text
 
 
+def _sum_texts(texts: list[str]) -> Scrape:
+    total = Scrape(time.time())
+    for text in texts:
+        total.merge(parse_metrics(text, total.taken_at))
+    return total
+
+
 class RegistryMetricsSource:
-    """A prometheus-client registry read in-process through the same text parser (an
-    embedded gateway sharing the control plane's process, and tests)."""
+    """A prometheus-client registry read in-process (an embedded gateway sharing the control
+    plane's process, and tests): only the analysed families are collected, never rendered."""
 
     def __init__(self, registry: CollectorRegistry):
         self.registry = registry
+        self._restricted = registry.restricted_registry(sorted(SAMPLE_NAMES))
 
     async def scrape(self) -> Scrape:
-        return parse_metrics(generate_latest(self.registry).decode())
+        # In a thread: the registry is the serving gateway's, on this event loop.
+        return await asyncio.to_thread(lambda: from_families(self._restricted.collect()))
 
 
 __all__ = ["Histogram", "MetricsSource", "MetricsUnavailable", "RegistryMetricsSource", "Scrape",
-           "VersionCounts", "parse_metrics"]
+           "VersionCounts", "from_families", "parse_metrics"]

@@ -1,8 +1,8 @@
 """What a rollout is asked to do (the POST body, validated) and the phases it moves through.
 
 Phases: pending → progressing (step i) → promoting → succeeded, or → aborting → rolled_back;
-paused when a measurement is inconclusive, the error budget is nearly spent, or an operator
-asks. The registry's `rollouts.state` column holds the coarser state the snapshot builder
+paused when the error budget is nearly spent or an operator asks (a paused rollout routes
+nothing to the candidate; resuming restarts the step). Measurement semantics: docs/rollouts.md. The registry's `rollouts.state` column holds the coarser state the snapshot builder
 routes on (running/paused mean "splits active"); the phase itself lives in the row's status.
 """
 
@@ -55,6 +55,9 @@ class Analysis(Strict):
     max_ttft_p95_ratio: float | None = Field(None, gt=0)
     failure_limit: int = Field(0, ge=0, description="failed measurements tolerated; one more "
                                                     "aborts the rollout")
+    max_inconclusive: int = Field(
+        2, ge=0, le=1000, description="inconclusive measurements in a row tolerated while the "
+        "model has traffic (too few requests on a side, no metrics); one more fails the rollout")
 
     @field_validator("max_error_rate")
     @classmethod

@@ -18,6 +18,7 @@ from registry.queries import set_alias
 
 from .analysis import Measurement
 from .spec import DB_STATE, RolloutCreate, split_mode
+from .verdicts import Decision
 
 
 def spec_of(rollout: Rollout) -> RolloutCreate:
@@ -40,8 +41,9 @@ def _event(session: Session, rollout: Rollout, kind: str, message: str,
 
 
 def enter(session: Session, rollout: Rollout, phase: str, reason: str, now: float,
-          **status: Any) -> None:
-    """Move to `phase`; `status` adds or overrides fields of the row's status."""
+          detail: dict | None = None, **status: Any) -> None:
+    """Move to `phase`; `status` adds or overrides fields of the row's status; `detail`
+    (e.g. the measurement behind the move) is kept on the phase's event."""
     spec = spec_of(rollout)
     current = status_of(rollout)
     current.update(status, phase=phase, reason=reason, since=now)
@@ -50,14 +52,15 @@ def enter(session: Session, rollout: Rollout, phase: str, reason: str, now: floa
     mode = split_mode(spec.strategy, phase)
     if rollout.spec.get("mode") != mode:
         rollout.spec = {**rollout.spec, "mode": mode}
-    _event(session, rollout, phase, reason)
+    _event(session, rollout, phase, reason, detail)
 
 
 def start_step(session: Session, rollout: Rollout, index: int, reason: str, now: float) -> None:
     steps = spec_of(rollout).steps
     rollout.step = index
     rollout.weight = steps[index].weight
-    enter(session, rollout, "progressing", reason, now, step_started_at=now, passed_in_step=0)
+    enter(session, rollout, "progressing", reason, now, step_started_at=now, passed_in_step=0,
+          inconclusive=0)
 
 
 def promote(session: Session, rollout: Rollout, actor: str, reason: str, now: float) -> None:
@@ -69,14 +72,19 @@ def promote(session: Session, rollout: Rollout, actor: str, reason: str, now: fl
     enter(session, rollout, "promoting", reason, now)
 
 
-def abort(session: Session, rollout: Rollout, reason: str, now: float) -> None:
+def abort(session: Session, rollout: Rollout, reason: str, now: float,
+          detail: dict | None = None) -> None:
     """Rollback: the candidate's share drops to 0; the alias was never touched."""
     rollout.weight = 0.0
-    enter(session, rollout, "aborting", reason, now)
+    enter(session, rollout, "aborting", reason, now, detail)
 
 
 def pause(session: Session, rollout: Rollout, reason: str, now: float) -> None:
+    """Hold the rollout for an operator. The candidate's share drops to 0 (the stable version
+    serves everything): whatever prompted the pause, a possibly failing candidate must not
+    keep serving while nobody decides. Resuming restarts the step at its weight."""
     resume_to = phase_of(rollout)
+    rollout.weight = 0.0
     enter(session, rollout, "paused", reason, now, resume_phase=resume_to)
 
 
@@ -94,16 +102,16 @@ def finish(session: Session, rollout: Rollout, reason: str, now: float) -> None:
     enter(session, rollout, final, reason, now, finished_at=now)
 
 
-def record_measurement(session: Session, rollout: Rollout, measurement: Measurement) -> None:
+def record_measurement(session: Session, rollout: Rollout, measurement: Measurement,
+                       decision: Decision) -> None:
+    """The measurement and the counters it moved, as one event with its numbers."""
     status = status_of(rollout)
-    if measurement.verdict == "pass":
-        status["passed_in_step"] = status.get("passed_in_step", 0) + 1
-    elif measurement.verdict == "fail":
-        status["failures"] = status.get("failures", 0) + 1
-    status["last_measurement"] = measurement.as_dict()
+    status.update(decision.counters)
+    result = measurement.as_dict() | {"decision": decision.note, **decision.counters}
+    status["last_measurement"] = result
     rollout.measurements = status
-    _event(session, rollout, "measurement", f"{measurement.verdict}: {measurement.message}",
-           measurement.as_dict())
+    _event(session, rollout, "measurement",
+           f"{measurement.verdict}: {measurement.message} ({decision.note})", result)
 
 
 ALLOWED = {  # operator action → phases it may start from

@@ -1,4 +1,5 @@
-"""One live stack per test module (see stack.py); every process it started is stopped."""
+"""One live stack for the test session (see stack.py); every process it started is stopped.
+Tests share it safely: each registers its own model."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from .stack import Stack, start_stack, stop_all
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> Stack:
     work = tmp_path_factory.mktemp("rollouts")
     live, procs = start_stack(work)

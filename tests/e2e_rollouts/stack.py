@@ -1,6 +1,7 @@
 """The live stack the rollout tests drive: `inferplane up` (no engines from its config), two
-simulated builtin engines and one flaky engine, all real processes on free ports; plus the
-admin-API, metrics and traffic tools the tests share."""
+simulated builtin engines and two flaky engines ("flaky" fails 30% of its requests, "half"
+50%), all real processes on free ports; plus the admin-API, metrics and traffic tools the
+tests share."""
 from __future__ import annotations
 
 import secrets
@@ -12,10 +13,12 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from control_plane.rollouts.metrics_source import parse_metrics
 from tests.conftest import free_port, start_process, stop_process, wait_http
 
 FINAL = ("succeeded", "rolled_back")
 FLAKY_MARKER = "tok0"  # the flaky engine's answers start with it; the builtin engine's never do
+FAIL_RATIOS = {"flaky": 0.3, "half": 0.5}
 
 
 def simulated_engine_args(port: int, name: str) -> list[str]:
@@ -89,6 +92,11 @@ class Stack:
     def served(self, model: str, version: str) -> float:
         return self.metric("inferplane_requests_total", model=model, version=version)
 
+    def served_by_version(self, model: str, versions=("v1", "v2", "none")) -> dict[str, float]:
+        """Requests the gateway counted per version of `model`, from one scrape."""
+        scrape = parse_metrics(self.client.get(f"{self.base}/metrics").text)
+        return {v: scrape.get(model, v).requests for v in versions}
+
 
 def _describe(rollout: dict) -> str:
     return (f"state={rollout['state']} reason={rollout['reason']!r} events="
@@ -154,7 +162,7 @@ def send(stack: Stack, model: str, n: int) -> list[Reply]:
 def start_stack(work: Path):
     """(Stack, processes); the caller stops the processes (stop_all)."""
     port = free_port()
-    engines = {name: Engine(name, free_port()) for name in ("sim-a", "sim-b", "flaky")}
+    engines = {name: Engine(name, free_port()) for name in ("sim-a", "sim-b", *FAIL_RATIOS)}
     config = work / "inferplane.yaml"
     config.write_text(up_config(port))
     key = "ip-" + secrets.token_urlsafe(24)  # the admin key `up` registers at start
@@ -166,9 +174,11 @@ def start_stack(work: Path):
         for name in ("sim-a", "sim-b"):
             procs.append(start_process(simulated_engine_args(engines[name].port, name),
                                        log_path=work / f"{name}.log"))
-        procs.append(start_process(["-m", "tests.e2e_rollouts.flaky_engine", "--port",
-                                    str(engines["flaky"].port), "--name", "flaky",
-                                    "--fail-ratio", "0.3"], log_path=work / "flaky.log"))
+        for name, ratio in FAIL_RATIOS.items():
+            procs.append(start_process(["-m", "tests.e2e_rollouts.flaky_engine", "--port",
+                                        str(engines[name].port), "--name", name,
+                                        "--fail-ratio", str(ratio)],
+                                       log_path=work / f"{name}.log"))
         wait_http(f"http://127.0.0.1:{port}/healthz", procs[0], timeout=120)  # no model yet
         for engine, proc in zip(engines.values(), procs[1:]):
             wait_http(engine.url + "/models", proc, timeout=120)

@@ -63,6 +63,22 @@ def test_inconclusive_names_the_short_side():
     assert result.message == "stable 'v1' served 5 requests, fewer than min_requests=20"
 
 
+def test_a_measurement_carries_the_numbers_behind_its_verdict():
+    traffic = Traffic()
+    traffic.send("v1", 40, latency_s=0.1)
+    traffic.send("v2", 15, latency_s=0.3)
+    traffic.send("v2", 5, code="502", latency_s=0.3)
+    traffic.send("v1", 3, model=f"{MODEL}:prod")  # an alias's traffic counts for its model
+    result = run(traffic, max_error_rate=0.05).as_dict()
+    assert result["verdict"] == "fail" and result["model_requests"] == 63
+    assert (result["candidate"]["requests"], result["candidate"]["errors"]) == (20, 5)
+    assert result["candidate"]["error_rate"] == 0.25 and result["stable"]["error_rate"] == 0.0
+    assert 0.25 <= result["candidate"]["p95_latency_s"] <= 0.5
+    assert result["stable"]["p95_latency_s"] <= 0.1 and result["stable"]["requests"] == 43
+    assert result["thresholds"]["min_requests"] == 20
+    assert result["thresholds"]["max_error_rate"] == 0.05 and result["idle"] is False
+
+
 def test_budget_counts_only_the_window(sessions, slo, clock):
     with sessions.begin() as s:
         s.add(Slo(model_id=None, name="availability", metric="availability",

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from control_plane.rollouts import store, transitions as t
 from control_plane.rollouts.controller import RolloutController
-from control_plane.rollouts.metrics_source import RegistryMetricsSource
+from control_plane.rollouts.metrics_source import MetricsUnavailable, RegistryMetricsSource
 from control_plane.rollouts.spec import RolloutCreate
 from registry import queries as q
 from registry.models import AuditLog, Slo
@@ -126,19 +126,97 @@ async def test_slow_candidate_fails_the_latency_ratio(sessions, controller, cloc
     assert view(sessions, rid)["state"] == "aborting"
 
 
-async def test_inconclusive_measurement_pauses_and_resume_restarts_the_step(
+async def test_inconclusive_is_retried_then_fails_the_rollout_after_max_inconclusive(
         sessions, controller, clock, traffic):
-    rid = start(sessions, clock, steps=[{"weight": 0.1, "pause_s": 0}], analysis=ANALYSIS)
+    rid = start(sessions, clock, steps=[{"weight": 0.1, "pause_s": 0}],
+                analysis={**ANALYSIS, "max_inconclusive": 2})
+    await controller.tick()
+    await controller.tick()
+    for streak in (1, 2):  # the candidate takes traffic, but too little to judge
+        await interval(controller, clock, traffic, v2=3)
+        r = view(sessions, rid)
+        assert (r["state"], r["weight"], r["inconclusive"]) == ("progressing", 0.1, streak)
+        assert splits(sessions) == (SplitView("v1", 0.9), SplitView("v2", 0.1))
+    last = r["measurements"][-1]
+    assert "candidate 'v2' served 3 requests" in last["message"]
+    assert "inconclusive 2 of 2 tolerated in a row" in last["message"]
+    assert last["result"]["candidate"]["requests"] == 3
+    assert last["result"]["stable"]["requests"] == 50
+    assert last["result"]["thresholds"]["min_requests"] == 20
+
+    await interval(controller, clock, traffic, v2=3)  # one more than tolerated: failed
+    r = view(sessions, rid)
+    assert r["state"] == "aborting" and r["weight"] == 0.0
+    assert "3 inconclusive measurements in a row (max_inconclusive 2)" in r["reason"]
+    aborting = next(e for e in r["events"] if e["kind"] == "aborting")
+    assert aborting["result"]["candidate"]["requests"] == 3  # the numbers behind it
+    await controller.tick()
+    assert view(sessions, rid)["state"] == "rolled_back" and alias_version(sessions) == "v1"
+
+
+async def test_a_conclusive_measurement_ends_the_streak_and_idle_intervals_do_not_count(
+        sessions, controller, clock, traffic):
+    rid = start(sessions, clock, steps=[{"weight": 0.1, "pause_s": 0},
+                                        {"weight": 0.5, "pause_s": 0}],
+                analysis={**ANALYSIS, "max_inconclusive": 1})
     await controller.tick()
     await controller.tick()
     await interval(controller, clock, traffic, v2=3)
+    assert view(sessions, rid)["inconclusive"] == 1
+    for _ in range(3):  # nobody sent the model anything: nothing to learn, nothing at risk
+        await interval(controller, clock, traffic, v1=0, v2=0)
     r = view(sessions, rid)
-    assert r["state"] == "paused" and r["weight"] == 0.1  # the canary keeps its share
-    assert "candidate 'v2' served 3 requests" in r["reason"]
-    assert splits(sessions) == (SplitView("v1", 0.9), SplitView("v2", 0.1))
+    assert (r["state"], r["step"], r["inconclusive"]) == ("progressing", 0, 1)
+    assert r["measurements"][-1]["result"]["idle"] is True
+    assert "the model had no traffic" in r["measurements"][-1]["message"]
+    await interval(controller, clock, traffic)  # passes: step 1, streak over
+    r = view(sessions, rid)
+    assert (r["state"], r["step"], r["inconclusive"]) == ("progressing", 1, 0)
+
+
+async def test_missing_metrics_count_as_inconclusive(sessions, clock, traffic):
+    source = FlakySource(RegistryMetricsSource(traffic.metrics.registry))
+    ctl = RolloutController(sessions, source, clock=clock)
+    rid = start(sessions, clock, steps=[{"weight": 0.1, "pause_s": 0}],
+                analysis={**ANALYSIS, "max_inconclusive": 1})
+    await ctl.tick()
+    await ctl.tick()
+    source.down = True
+    for _ in range(2):
+        traffic.send("v2", 50, code="200")
+        clock.advance(60)
+        await ctl.tick()
+    r = view(sessions, rid)
+    assert r["state"] == "aborting", r["reason"]
+    assert "no gateway metrics: gateway down" in r["reason"]
+
+
+class FlakySource:
+    def __init__(self, inner):
+        self.inner, self.down = inner, False
+
+    async def scrape(self):
+        if self.down:
+            raise MetricsUnavailable("gateway down")
+        return await self.inner.scrape()
+
+
+async def test_pause_routes_nothing_to_the_candidate_and_resume_restarts_the_step(
+        sessions, controller, clock, traffic):
+    rid = start(sessions, clock, steps=[{"weight": 0.3, "pause_s": 0}], analysis=ANALYSIS)
+    await controller.tick()
+    assert splits(sessions) == (SplitView("v1", 0.7), SplitView("v2", 0.3))
+    with sessions.begin() as s:
+        t.pause(s, store.load(s, rid), "pause by test", clock())
+    r = view(sessions, rid)
+    assert (r["state"], r["weight"]) == ("paused", 0.0)
+    assert splits(sessions) == (SplitView("v1", 1.0), SplitView("v2", 0.0))
+    await interval(controller, clock, traffic, v2_code="503")  # paused: nothing measured
+    assert view(sessions, rid)["measurements"] == []
 
     with sessions.begin() as s:
         t.resume(s, store.load(s, rid), "resume by test", clock())
+    assert view(sessions, rid)["weight"] == 0.3
     await controller.tick()  # fresh baseline after resume
     await interval(controller, clock, traffic)
     assert view(sessions, rid)["state"] == "promoting"

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from control_plane.rollouts.metrics_source import (
-    Histogram, MetricsSource, MetricsUnavailable, parse_metrics,
+    Histogram, MetricsSource, MetricsUnavailable, RegistryMetricsSource, parse_metrics,
 )
 from gateway.metrics import GatewayMetrics
 from tests.conftest import free_port
@@ -30,6 +30,19 @@ def test_parse_counts_requests_5xx_and_histograms_per_version():
     assert v1.duration.buckets[0.1] == 0 and v1.ttft.count == 7
     assert scrape_of(traffic).get("other", "v2").requests == 1
     assert scrape_of(traffic).get("chat", "v9").requests == 0
+
+
+async def test_the_registry_read_in_process_equals_the_parsed_text():
+    traffic = Traffic()
+    traffic.send("v1", 7, latency_s=0.2, ttft_s=0.04)
+    traffic.send("v2", 3, code="503", latency_s=1.5)
+    traffic.metrics.tokens.labels("chat", "v1", "prompt").inc(99)  # not an analysed family
+    traffic.metrics.tpot.labels("chat", "v1").observe(0.01)
+    direct = await RegistryMetricsSource(traffic.metrics.registry).scrape()
+    parsed = scrape_of(traffic)
+    assert direct.series == parsed.series and direct.shadow == parsed.shadow
+    v2 = direct.get("chat", "v2")
+    assert (v2.requests, v2.errors, v2.duration.count, v2.duration.buckets[2.5]) == (3, 3, 3, 3)
 
 
 def test_deltas_cover_one_interval_and_survive_a_gateway_restart():
