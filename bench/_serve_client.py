@@ -123,7 +123,9 @@ async def _read_body(response: aiohttp.ClientResponse, record: RequestRecord,
 async def send_one(session: aiohttp.ClientSession, target: Target, prompt: BenchPrompt,
                    t0: float) -> RequestRecord:
     path = "/chat/completions" if target.endpoint == "chat" else "/completions"
-    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    headers = {"Content-Type": "application/json"}
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key}"
     sent = time.perf_counter()
     record = RequestRecord(start=sent - t0, prompt_tokens=prompt.prompt_tokens,
                            tenant=prompt.tenant)
