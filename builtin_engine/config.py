@@ -9,7 +9,9 @@ class EngineConfig:
     model: str = "smollm2-135m-instruct"  # a known name, a .gguf file or an HF directory
     served_model_name: str | None = None
     device: str = "cpu"
-    dtype: str = "float32"  # float32 | float16 | bfloat16
+    # auto = bfloat16 on CPUs with native bf16 dot products, float32 elsewhere (resolved at
+    # construction; dtype_reason says why). float32 is the reference for exact HF parity.
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
     seed: int = 0
     # KV cache
     block_size: int = 16
@@ -22,6 +24,10 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 64
     long_prefill_token_threshold: int = 0  # 0 = no per-request cap beyond the budget
+    # While any running request decodes, prefill chunks of one step share at most this many
+    # tokens, so a long prompt arriving never stretches running streams' inter-token latency
+    # by more than a bounded factor (0 = the whole token budget).
+    decode_prefill_budget: int = 256
     max_model_len: int | None = None  # defaults to the model's context length
     preemption_mode: str = "auto"  # recompute | swap | auto
     swap_space_gib: float = 0.5
@@ -31,6 +37,13 @@ class EngineConfig:
     # decode CUDA graphs: auto (on CUDA with Triton attention) | off | static (no capture)
     decode_graphs: str = "auto"
     max_graph_batch: int = 256  # larger decode batches run eagerly
+    # torch.compile (inductor) of the model step; artifacts cached under compile_cache_dir
+    compile: bool = False
+    compile_cache_dir: str | None = None  # None = ~/.cache/inferplane/inductor
+    quantization: str | None = None  # None | int8 (weight-only linear layers)
+    # n-gram (prompt lookup) speculative decoding: 0 = off, else the n-gram size matched
+    speculative_ngram: int = 0
+    num_speculative_tokens: int = 4  # drafted tokens verified per step
     # simulated executor (no model compute)
     simulate: bool = False
     sim_prefill_s_per_token: float = 0.0002
@@ -40,6 +53,16 @@ class EngineConfig:
     sim_context_length: int = 8192
     sim_vocab_size: int = 32000
     extra: dict = field(default_factory=dict)
+    dtype_reason: str = field(default="requested", compare=False)
+
+    def __post_init__(self) -> None:
+        from .device_defaults import resolve_dtype
+        if self.dtype == "auto":
+            self.dtype, self.dtype_reason = resolve_dtype(self.dtype, self.device)
+        if self.quantization not in (None, "int8"):
+            raise ValueError(f"unknown quantization {self.quantization!r}; choose int8")
+        if self.speculative_ngram < 0 or self.num_speculative_tokens < 1:
+            raise ValueError("speculative_ngram must be >= 0 and num_speculative_tokens >= 1")
 
     def resolved_attention_backend(self) -> str:
         return self.attention_backend or ("triton" if self.device.startswith("cuda") else "torch")

@@ -21,6 +21,9 @@ class ScheduledRequest:
     # prompt + output ids so far, only for requests with penalties (the sampler reads them)
     history: list[int] | None = None
     num_prompt_tokens: int = 0
+    # Drafted tokens appended to token_ids (speculative decoding): the executor samples at
+    # each of the last len(spec_token_ids) + 1 positions and returns the accepted run.
+    spec_token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -39,8 +42,9 @@ class Executor(Protocol):
     def num_blocks_for(self, config: EngineConfig) -> tuple[int, int]:
         """(device blocks, cpu swap blocks) that fit the configured memory budgets."""
 
-    def execute(self, out: SchedulerOutput) -> dict[str, int]:
-        """Apply swaps/copies, run one forward pass, return request_id -> sampled token."""
+    def execute(self, out: SchedulerOutput) -> dict[str, int | list[int]]:
+        """Apply swaps/copies, run one forward pass, return request_id -> sampled token (a
+        list for requests with drafts: the accepted drafts' targets plus one more)."""
 
     def release(self, request_id: str) -> None:
         """Forget per-request state (e.g. its seeded generator)."""

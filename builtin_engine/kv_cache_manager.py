@@ -153,6 +153,22 @@ class KVCacheManager:
         if copy is not None:
             self.pending_copies.append(copy)
 
+    def free_excess_blocks(self, request: Request, num_tokens: int) -> int:
+        """Return the request's blocks beyond those num_tokens need (reached only by rejected
+        draft tokens) to the pool; returns how many were freed. They hold no published
+        prefix: only computed full blocks are hashed, and those lie within num_tokens."""
+        rid = request.request_id
+        blocks = self.req_blocks.get(rid)
+        keep = self.blocks_needed(num_tokens)
+        if not blocks or len(blocks) <= keep:
+            return 0
+        extra = blocks[keep:]
+        del blocks[keep:]
+        del self.req_block_ids[rid][keep:]
+        self.req_num_cached[rid] = min(self.req_num_cached.get(rid, 0), keep)
+        self.pool.free(extra[::-1])
+        return len(extra)
+
     def free(self, request: Request) -> None:
         rid = request.request_id
         blocks = self.req_blocks.get(rid)

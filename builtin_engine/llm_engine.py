@@ -68,7 +68,7 @@ class LLMEngine:
             "num_cpu_blocks": num_cpu_blocks,
             "enable_prefix_caching": config.enable_prefix_caching,
             "cache_dtype": config.dtype, "preemption_mode": config.preemption_mode,
-        })
+        }, num_spec_tokens=config.num_speculative_tokens if config.speculative_ngram else 0)
         self.num_steps = 0
 
     # ---- requests -------------------------------------------------------------------------
@@ -138,6 +138,7 @@ class LLMEngine:
             m.observe_first_token(req)
         for gap in sched.step_token_gaps:
             m.observe_token_gap(gap)
+        m.observe_spec_drafts(sched.step_spec)
         m.observe_tokens(num_prompt, sum(len(o.new_token_ids) for o in outputs))
         now = time.monotonic()
         for req in sched.take_finished():
@@ -145,6 +146,7 @@ class LLMEngine:
             self.executor.release(req.request_id)
         sched.step_first_tokens.clear()
         sched.step_token_gaps.clear()
+        sched.step_spec.clear()
         return outputs
 
     # ---- introspection --------------------------------------------------------------------

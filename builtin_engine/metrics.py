@@ -22,7 +22,8 @@ _ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str, cache_info: dict[str, str] | None = None) -> None:
+    def __init__(self, model_name: str, cache_info: dict[str, str] | None = None,
+                 num_spec_tokens: int = 0) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
         labels, r = ["model_name"], self.registry
@@ -67,6 +68,7 @@ class EngineMetrics:
         Gauge("vllm:cache_config_info", "Information of the KV cache config.",
               list(info), registry=r).labels(**info).set(1)
         self._last_queries = self._last_hits = self._last_preemptions = 0
+        self.spec = SpecDecodeMetrics(r, model_name, num_spec_tokens) if num_spec_tokens else None
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -108,6 +110,42 @@ class EngineMetrics:
         if req.first_scheduled_time is not None:
             self.queue_time.observe(req.first_scheduled_time - req.arrival_time)
 
+    def observe_spec_drafts(self, drafts: list[tuple[int, int]]) -> None:
+        """(drafted, accepted) per verified draft of the last step."""
+        if self.spec is not None and drafts:
+            self.spec.observe(drafts)
+
     def observe_first_token(self, req: Request) -> None:
         if req.first_token_time is not None:
             self.ttft.observe(req.first_token_time - req.arrival_time)
+
+
+class SpecDecodeMetrics:
+    """vLLM's vllm:spec_decode_* counters: drafts, drafted and accepted tokens, and accepted
+    tokens by draft position (acceptance rate = accepted / drafted; mean accepted length =
+    1 + accepted / drafts)."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str, num_spec_tokens: int):
+        labels = ["model_name"]
+
+        def counter(name, doc):
+            return Counter(name, doc, labels, registry=registry).labels(model_name)
+
+        self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.accepted = counter("vllm:spec_decode_num_accepted_tokens",
+                                "Number of accepted tokens.")
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                          "Accepted tokens per draft position.", labels + ["position"],
+                          registry=registry)
+        self.per_pos = [per_pos.labels(model_name, str(i)) for i in range(num_spec_tokens)]
+
+    def observe(self, drafts: list[tuple[int, int]]) -> None:
+        accepted = 0
+        for drafted, n in drafts:
+            accepted += n
+            for pos in range(min(n, len(self.per_pos))):
+                self.per_pos[pos].inc()
+        self.drafts.inc(len(drafts))
+        self.draft_tokens.inc(sum(d for d, _ in drafts))
+        self.accepted.inc(accepted)

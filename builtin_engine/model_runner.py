@@ -6,7 +6,7 @@ everything per token is done with tensor ops, not Python loops.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 
 import torch
 
@@ -27,7 +27,9 @@ class StepBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # row of each sampled request's last token in the flat batch
+    # rows whose logits are sampled: each sampled request's last token, or for a request
+    # with k drafts its last k + 1 tokens (the verification rows)
+    sample_rows: torch.Tensor
     sampled: list[ScheduledRequest]
     lora: LoraBatch | None = None  # None when no request of the step has an adapter
 
@@ -63,9 +65,12 @@ class ModelRunner:
         if self.graphed is not None:
             sizes = self.graphed.graphs.captured_sizes
             graphs = f"{len(sizes)} sizes up to {sizes[-1]}" if sizes else "static buffers"
-        return (f"{self.device.type} {self.config.dtype}, {self.model.ops.name}, "
+        c = self.config
+        spec = (f", n-gram speculation n={c.speculative_ngram} k={c.num_speculative_tokens}"
+                if c.speculative_ngram else "")
+        return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {self.model.ops.name}, "
                 f"decode graphs: {graphs}, KV cache {self.num_device_blocks} blocks of "
-                f"{self.block_size} tokens")
+                f"{self.block_size} tokens{spec}")
 
     # ---- KV cache sizing -----------------------------------------------------------------
     def block_bytes(self) -> int:
@@ -131,21 +136,40 @@ class ModelRunner:
             if not batch.sampled:
                 return {}
             logits = self.model.compute_logits(hidden[batch.sample_rows])
-            wanted = [i for i, r in enumerate(batch.sampled) if r.params.logprobs is not None]
-            raw = raw_logprobs(logits, wanted) if wanted else None
-            histories = [None if r.history is None else (r.history, r.num_prompt_tokens)
-                         for r in batch.sampled]
-            tokens = self.sampler.sample(
-                logits, [r.params for r in batch.sampled],
-                [self._generator(r) for r in batch.sampled],
-                [r.num_output_tokens for r in batch.sampled], self.eos_token_id,
-                histories if any(h is not None for h in histories) else None)
-            if wanted:
-                entries = pick(raw, [tokens[i] for i in wanted],
-                               [batch.sampled[i].params.logprobs for i in wanted])
-                self.step_logprobs = {batch.sampled[i].request_id: e
-                                      for i, e in zip(wanted, entries)}
-        return {r.request_id: t for r, t in zip(batch.sampled, tokens)}
+            return self._sample(logits, batch.sampled)
+
+    def _sample(self, logits: torch.Tensor,
+                reqs: list[ScheduledRequest]) -> dict[str, int | list[int]]:
+        """Sample every row; a request with drafts gets the run of targets its drafts
+        matched plus the token after it (rejection sampling, greedy case)."""
+        sizes = [len(r.spec_token_ids) + 1 for r in reqs]
+        row_reqs = [r for r, size in zip(reqs, sizes) for _ in range(size)]
+        first_row = list(accumulate([0] + sizes[:-1]))
+        wanted = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
+        raw = raw_logprobs(logits, [first_row[i] for i in wanted]) if wanted else None
+        histories = [None if r.history is None else (r.history, r.num_prompt_tokens)
+                     for r in row_reqs]
+        # Drafted rows sit j tokens further into the output (min_tokens masks read it).
+        produced = [r.num_output_tokens + j for r, size in zip(reqs, sizes) for j in range(size)]
+        tokens = self.sampler.sample(
+            logits, [r.params for r in row_reqs], [self._generator(r) for r in row_reqs],
+            produced, self.eos_token_id,
+            histories if any(h is not None for h in histories) else None)
+        if wanted:
+            entries = pick(raw, [tokens[first_row[i]] for i in wanted],
+                           [reqs[i].params.logprobs for i in wanted])
+            self.step_logprobs = {reqs[i].request_id: e for i, e in zip(wanted, entries)}
+        result: dict[str, int | list[int]] = {}
+        for r, start, size in zip(reqs, first_row, sizes):
+            if size == 1:
+                result[r.request_id] = tokens[start]
+                continue
+            targets = tokens[start:start + size]
+            accepted = 0
+            while accepted < size - 1 and r.spec_token_ids[accepted] == targets[accepted]:
+                accepted += 1
+            result[r.request_id] = targets[:accepted + 1]
+        return result
 
     def _forward(self, batch: StepBatch) -> torch.Tensor:
         if self.graphed is not None and self.graphed.accepts(batch.meta, batch.lora):
@@ -189,6 +213,9 @@ class ModelRunner:
         starts = torch.zeros(len(reqs) + 1, dtype=torch.int32)
         starts[1:] = torch.cumsum(lens, 0)
         sampled_idx = [i for i, r in enumerate(reqs) if r.sample]
+        ends = starts[1:].tolist()
+        rows = [row for i in sampled_idx
+                for row in range(ends[i] - 1 - len(reqs[i].spec_token_ids), ends[i])]
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=slots.to(dev), query_start_loc=starts.to(dev),
@@ -198,7 +225,7 @@ class ModelRunner:
         input_ids = torch.tensor(list(chain.from_iterable(r.token_ids for r in reqs)),
                                  dtype=torch.int64)
         return StepBatch(input_ids=input_ids.to(dev), positions=positions.to(dev), meta=meta,
-                         sample_rows=(starts[1:][sampled_idx] - 1).long().to(dev),
+                         sample_rows=torch.tensor(rows, dtype=torch.int64).to(dev),
                          sampled=[reqs[i] for i in sampled_idx],
                          lora=self._lora_batch(reqs, starts.tolist()))
 

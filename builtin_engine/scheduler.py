@@ -14,6 +14,7 @@ import time
 from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
 from .kv_cache_manager import KVCacheManager
+from .ngram_proposer import NgramProposer
 from .request import Request, RequestOutput, RequestStatus
 
 # auto mode swaps sequences up to this many tokens (cheap to copy) and recomputes longer
@@ -47,6 +48,10 @@ class Scheduler:
         self.step_first_tokens: list[Request] = []  # requests whose first token came last step
         self._no_preemption = True
         self._seq = itertools.count()
+        self._prefill_room = config.max_num_batched_tokens
+        self.proposer = (NgramProposer(config.speculative_ngram, config.num_speculative_tokens)
+                         if config.speculative_ngram > 0 else None)
+        self.step_spec: list[tuple[int, int]] = []  # (drafted, accepted) per draft last step
 
     # ---- intake ---------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -108,18 +113,32 @@ class Scheduler:
         out = SchedulerOutput()
         self._step_swapped_out = []
         budget = self.config.max_num_batched_tokens
+        self._prefill_room = self._prefill_cap()
         budget = self._schedule_running(out, budget)
         if self._no_preemption:  # memory is short: admitting more would thrash
             self._schedule_waiting(out, budget)
         out.blocks_to_copy = self.kv.take_pending_copies()
         return out
 
+    def _prefill_cap(self) -> int:
+        """Prefill tokens this step may take: bounded while some running request decodes."""
+        cap = self.config.decode_prefill_budget
+        if cap > 0 and any(r.num_tokens - r.num_computed_tokens == 1 for r in self.running):
+            return cap
+        return self.config.max_num_batched_tokens
+
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
         n = req.num_tokens - num_computed
         cap = self.config.long_prefill_token_threshold
         if cap > 0:
             n = min(n, cap)
+        if n > 1:  # a prefill chunk (a decode step is one token)
+            n = min(n, self._prefill_room)
         return min(n, budget)
+
+    def _take(self, req: Request, n: int) -> None:
+        if req.num_tokens - req.num_computed_tokens > 1:  # a prefill chunk
+            self._prefill_room -= n
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         self._no_preemption = True
@@ -132,7 +151,11 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            ids = self.kv.allocate_slots(req, n)
+            drafts = self._drafts(req, n, budget)
+            ids = self.kv.allocate_slots(req, n + len(drafts))
+            if ids is None and drafts:  # no room to speculate: a plain decode step
+                drafts = []
+                ids = self.kv.allocate_slots(req, n)
             while ids is None:
                 # Victims come from the tail, which this loop has not reached yet.
                 victim = running.pop()
@@ -142,10 +165,23 @@ class Scheduler:
                 ids = self.kv.allocate_slots(req, n)
             if ids is None:
                 break
-            out.scheduled.append(self._scheduled(req, n, ids))
-            budget -= n
+            out.scheduled.append(self._scheduled(req, n, ids, drafts))
+            self._take(req, n)
+            budget -= n + len(drafts)
             i += 1
         return budget
+
+    def _drafts(self, req: Request, n: int, budget: int) -> list[int]:
+        """Draft tokens for a decode step. Only greedy requests without penalties or logprobs
+        speculate: their accepted run is exactly what one-token steps would produce."""
+        p = req.params
+        if (self.proposer is None or n != 1 or req.num_computed_tokens != req.num_tokens - 1
+                or not p.greedy or p.has_penalties or p.logprobs is not None):
+            return []
+        # The last token is always sampled for real; drafts never overrun max_tokens/context.
+        room = min(budget - 1, p.max_tokens - req.num_output_tokens - 1,
+                   self.max_model_len - req.num_tokens - 1)
+        return self.proposer.propose(req.token_ids, room) if room > 0 else []
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         max_seqs = self.config.max_num_seqs
@@ -154,7 +190,7 @@ class Scheduler:
             use_watermark = bool(self.running)
             if req.status is RequestStatus.SWAPPED:
                 n = self._chunk(req, req.num_computed_tokens, budget)
-                if not self.kv.can_swap_in(req, n, use_watermark):
+                if n <= 0 or not self.kv.can_swap_in(req, n, use_watermark):
                     break
                 out.blocks_to_swap_in.extend(self.kv.swap_in(req))
                 ids = self.kv.allocate_slots(req, n)
@@ -162,6 +198,8 @@ class Scheduler:
             else:
                 computed, num_cached = self.kv.get_computed_blocks(req)
                 n = self._chunk(req, num_cached, budget)
+                if n <= 0:
+                    break  # this step's prefill room is spent
                 ids = self.kv.allocate_slots(req, n, computed, num_cached, use_watermark)
                 if ids is None:
                     break  # head-of-line: a lower-priority request must not overtake it
@@ -175,16 +213,19 @@ class Scheduler:
                 req.first_scheduled_time = time.monotonic()
             self.running.append(req)
             out.scheduled.append(self._scheduled(req, n, ids))
+            self._take(req, n)
             budget -= n
 
-    def _scheduled(self, req: Request, n: int, block_ids: list[int]) -> ScheduledRequest:
+    def _scheduled(self, req: Request, n: int, block_ids: list[int],
+                   drafts: list[int] | None = None) -> ScheduledRequest:
         start = req.num_computed_tokens
+        drafts = drafts or []
         return ScheduledRequest(
-            request_id=req.request_id, token_ids=req.token_ids[start:start + n],
+            request_id=req.request_id, token_ids=req.token_ids[start:start + n] + drafts,
             start_pos=start, block_ids=block_ids, sample=start + n == req.num_tokens,
             params=req.params, num_output_tokens=req.num_output_tokens, lora=req.lora,
             history=req.token_ids if req.params.has_penalties else None,
-            num_prompt_tokens=req.num_prompt_tokens)
+            num_prompt_tokens=req.num_prompt_tokens, spec_token_ids=drafts)
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self._no_preemption = False
@@ -209,42 +250,61 @@ class Scheduler:
 
     # ---- results --------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput,
-                           sampled: dict[str, int]) -> list[RequestOutput]:
+                           sampled: dict[str, int | list[int]]) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
         now = time.monotonic()
         gaps, firsts = self.step_token_gaps, self.step_first_tokens
         gaps.clear()
         firsts.clear()
+        self.step_spec.clear()
         any_finished = False
         for s in out.scheduled:
             req = self.requests.get(s.request_id)
             if req is None:
                 continue
-            req.num_computed_tokens += len(s.token_ids)
-            self.kv.cache_computed_blocks(req)
+            num_drafts = len(s.spec_token_ids)
+            req.num_computed_tokens += len(s.token_ids) - num_drafts
+            if not num_drafts:
+                self.kv.cache_computed_blocks(req)
             if not s.sample:
                 continue
-            token = sampled.get(s.request_id)
-            if token is None:
+            result = sampled.get(s.request_id)
+            if result is None:
                 self._finish(req, "error", "the executor returned no token")
                 outputs.append(self._output(req, []))
                 any_finished = True
                 continue
-            req.append_output(token)
+            tokens = [result] if isinstance(result, int) else result
             if req.first_token_time is None:
                 req.first_token_time = now
                 firsts.append(req)
             else:
                 gaps.append(now - req.last_token_time)
             req.last_token_time = now
-            reason = self._stop_reason(req, token)
+            emitted, reason = self._append_tokens(req, tokens)
+            if num_drafts:
+                self.step_spec.append((num_drafts, len(tokens) - 1))
+                # Accepted drafts' K/V is right (each equals its target); blocks that only
+                # rejected drafts reached go back to the pool.
+                req.num_computed_tokens += len(emitted) - 1
+                self.kv.cache_computed_blocks(req)
+                self.kv.free_excess_blocks(req, req.num_tokens)
             if reason:
                 self._finish(req, reason)
                 any_finished = True
-            outputs.append(self._output(req, [token]))
+            outputs.append(self._output(req, emitted))
         if any_finished:
             self.running = [r for r in self.running if not r.is_finished]
         return outputs
+
+    def _append_tokens(self, req: Request, tokens: list[int]) -> tuple[list[int], str | None]:
+        """Append sampled tokens in order until one ends the request: (kept, stop reason)."""
+        for i, token in enumerate(tokens):
+            req.append_output(token)
+            reason = self._stop_reason(req, token)
+            if reason:
+                return tokens[:i + 1], reason
+        return tokens, None
 
     def fail_step(self, out: SchedulerOutput, error: str) -> list[RequestOutput]:
         """The executor raised: the requests it touched have unknown K/V, so they end."""

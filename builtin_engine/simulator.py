@@ -51,22 +51,33 @@ class SimulatedExecutor:
         self._cpu = [0] * (cpu * self.block_size)
         return device, cpu
 
-    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+    def execute(self, out: SchedulerOutput) -> dict[str, int | list[int]]:
         self._apply_block_moves(out)
-        sampled: dict[str, int] = {}
+        sampled: dict[str, int | list[int]] = {}
         for s in out.scheduled:
-            h = self._run_tokens(s.token_ids, s.start_pos, s.block_ids)
-            if s.sample:
-                salt = s.params.seed if s.params.seed is not None else 0
-                h = _mix(h, self.config.seed, salt)
-                span = self.output_vocab_size - FIRST_TOKEN_ID
-                sampled[s.request_id] = FIRST_TOKEN_ID + h % span
+            drafts = s.spec_token_ids
+            hashes = self._run_tokens(s.token_ids, s.start_pos, s.block_ids, len(drafts) + 1)
+            if not s.sample:
+                continue
+            targets = [self._token(h, s) for h in hashes]
+            if not drafts:
+                sampled[s.request_id] = targets[0]
+                continue
+            accepted = 0  # drafts verified like the model runner's: the matching run
+            while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
+                accepted += 1
+            sampled[s.request_id] = targets[:accepted + 1]
         cost = self.step_cost(out)
         self.num_steps += 1
         self.busy_s += cost
         if cost > 0:
             self._sleep(cost)
         return sampled
+
+    def _token(self, h: int, s) -> int:
+        salt = s.params.seed if s.params.seed is not None else 0
+        span = self.output_vocab_size - FIRST_TOKEN_ID
+        return FIRST_TOKEN_ID + _mix(h, self.config.seed, salt) % span
 
     def release(self, request_id: str) -> None:
         self.num_released += 1  # stateless per request: nothing to drop
@@ -96,7 +107,9 @@ class SimulatedExecutor:
         for src, dst in out.blocks_to_copy:
             self._dev[dst * bs:(dst + 1) * bs] = self._dev[src * bs:(src + 1) * bs]
 
-    def _run_tokens(self, token_ids: list[int], start_pos: int, block_ids: list[int]) -> int:
+    def _run_tokens(self, token_ids: list[int], start_pos: int, block_ids: list[int],
+                    num_last: int = 1) -> list[int]:
+        """Fingerprint the tokens into their slots; returns the last num_last fingerprints."""
         bs, kv = self.block_size, self._dev
         if (start_pos + len(token_ids) + bs - 1) // bs > len(block_ids):
             raise RuntimeError(f"block table of {len(block_ids)} blocks cannot hold "
@@ -106,7 +119,11 @@ class SimulatedExecutor:
             h = kv[block_ids[prev // bs] * bs + prev % bs]
         else:
             h = _ROOT
+        last = []
+        first_kept = start_pos + len(token_ids) - num_last
         for pos, token in enumerate(token_ids, start_pos):
             h = _mix(h, token, pos)
             kv[block_ids[pos // bs] * bs + pos % bs] = h
-        return h
+            if pos >= first_kept:
+                last.append(h)
+        return last

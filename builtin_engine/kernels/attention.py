@@ -46,6 +46,8 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     """Causal attention of q [num_tokens, num_heads, head_dim] over the paged context."""
     if meta.is_pure_decode:
         return _decode_torch(q, k_cache, v_cache, meta, scale)
+    if meta.max_query_len <= SHORT_QUERY:
+        return _decode_torch(q, k_cache, v_cache, _as_decode(meta), scale)
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
     starts = meta.query_start_loc.tolist()
@@ -72,6 +74,26 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int,
     out = torch.nn.functional.scaled_dot_product_attention(
         qh, kh, vh, attn_mask=mask, scale=scale)
     return out.transpose(0, 1).to(q.dtype)
+
+
+# Queries this short (decode steps carrying draft tokens) run as one decode row per token:
+# query j of a sequence is a decode over its first seq_len - q_len + 1 + j tokens. That keeps
+# verification batched instead of one masked attention call per sequence.
+SHORT_QUERY = 16
+
+
+def _as_decode(meta: AttentionMetadata) -> AttentionMetadata:
+    """The same attention as per-token decode rows (each row's causal prefix as its context)."""
+    lens = [s - q + 1 + j for q, s in zip(meta.query_lens, meta.seq_lens_list) for j in range(q)]
+    device = meta.block_tables.device
+    owner = torch.repeat_interleave(torch.arange(len(meta.query_lens), device=device),
+                                    torch.tensor(meta.query_lens, device=device))
+    n = len(lens)
+    return AttentionMetadata(
+        slot_mapping=meta.slot_mapping, query_start_loc=torch.arange(n + 1, device=device),
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+        block_tables=meta.block_tables[owner], query_lens=[1] * n, seq_lens_list=lens,
+        max_query_len=1, max_seq_len=max(lens))
 
 
 # Decode attends sequences in groups of similar length, each padded only to its own longest:

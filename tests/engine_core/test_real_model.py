@@ -27,7 +27,7 @@ PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
 @pytest.fixture(scope="module")
 def loaded():
     from builtin_engine.loader import load_model
-    return load_model(EngineConfig(device=DEVICE))
+    return load_model(EngineConfig(device=DEVICE, dtype="float32"))
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,8 @@ def prompts(loaded):
 
 def run(loaded, prompts, **overrides) -> tuple[dict[str, list[int]], LLMEngine]:
     from builtin_engine.model_runner import ModelRunner
-    values = dict(device=DEVICE, num_blocks=64, max_num_batched_tokens=4096, swap_space_gib=0.0)
+    values = dict(device=DEVICE, dtype="float32", num_blocks=64, max_num_batched_tokens=4096,
+                  swap_space_gib=0.0)
     values.update(overrides)
     config = EngineConfig(**values)
     engine = LLMEngine(config, ModelRunner(config, loaded), loaded.tokenizer)
@@ -92,7 +93,7 @@ def test_penalties_reach_the_sampler_through_the_scheduler():
     from builtin_engine.loader import load_model
     from builtin_engine.model_runner import ModelRunner
 
-    config = EngineConfig(num_blocks=64, swap_space_gib=0.0)
+    config = EngineConfig(dtype="float32", num_blocks=64, swap_space_gib=0.0)
     loaded = load_model(config)
     engine = LLMEngine(config, ModelRunner(config, loaded), loaded.tokenizer)
     prompt = loaded.tokenizer.encode("one two one two one two one two one two")

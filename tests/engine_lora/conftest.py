@@ -13,7 +13,8 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 @pytest.fixture(scope="module")
 def engine_config() -> EngineConfig:
-    return EngineConfig(model=MODEL, num_blocks=128, block_size=16, swap_space_gib=0.0)
+    return EngineConfig(model=MODEL, dtype="float32", num_blocks=128, block_size=16,
+                        swap_space_gib=0.0)
 
 
 @pytest.fixture(scope="module")

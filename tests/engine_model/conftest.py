@@ -13,7 +13,8 @@ MODEL = "smollm2-135m-instruct"
 
 @pytest.fixture(scope="module")
 def engine_config() -> EngineConfig:
-    return EngineConfig(model=MODEL, num_blocks=256, block_size=16, swap_space_gib=0.05)
+    return EngineConfig(model=MODEL, dtype="float32", num_blocks=256, block_size=16,
+                        swap_space_gib=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_hf_directory_loads_the_same_model(tmp_path, loaded, runner, hf_model, h
     save_file(weights, str(tmp_path / "model.safetensors"))
     hf_model.config.save_pretrained(tmp_path)
     hf_tokenizer.save_pretrained(tmp_path)
-    config = EngineConfig(model=str(tmp_path), num_blocks=32)
+    config = EngineConfig(model=str(tmp_path), dtype="float32", num_blocks=32)
     from_dir = load_model(config)
     assert from_dir.llama_config == loaded.llama_config
     tok = from_dir.tokenizer

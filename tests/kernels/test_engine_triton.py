@@ -18,8 +18,8 @@ def greedy_tokens(backend: str) -> dict[str, list[int]]:
     from builtin_engine.loader import load_model
     from builtin_engine.model_runner import ModelRunner
 
-    config = EngineConfig(attention_backend=backend, kernels=backend, num_blocks=32,
-                          block_size=16, swap_space_gib=0.0)
+    config = EngineConfig(attention_backend=backend, kernels=backend, dtype="float32",
+                          num_blocks=32, block_size=16, swap_space_gib=0.0)
     loaded = load_model(config)
     engine = LLMEngine(config, ModelRunner(config, loaded), loaded.tokenizer)
     prompts = [loaded.tokenizer.encode(p) for p in PROMPTS]

@@ -21,9 +21,9 @@ def generate(attention: str, decode_graphs: str):
     from builtin_engine.loader import load_model
     from builtin_engine.model_runner import ModelRunner
 
-    config = EngineConfig(attention_backend=attention, kernels="torch", num_blocks=48,
-                          block_size=4, swap_space_gib=0.0, decode_graphs=decode_graphs,
-                          max_num_seqs=6)
+    config = EngineConfig(attention_backend=attention, kernels="torch", dtype="float32",
+                          num_blocks=48, block_size=4, swap_space_gib=0.0,
+                          decode_graphs=decode_graphs, max_num_seqs=6)
     loaded = load_model(config)
     runner = ModelRunner(config, loaded)
     graphed_batches = []
