@@ -20,7 +20,8 @@ class LimitsGate:
         self.metrics = metrics
         fail_mode = settings.limits.fail_mode
         self.limiter = create_rate_limiter(settings.redis_url, fail_mode)
-        self.spend = create_spend_tracker(settings.redis_url, fail_mode)
+        self.spend = create_spend_tracker(settings.redis_url, fail_mode,
+                                          hold_ttl_s=settings.limits.budget_hold_s)
         self.estimator = TokenEstimator()
         self._pending: set[asyncio.Task] = set()
 

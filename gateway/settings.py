@@ -61,6 +61,8 @@ class LimitDefaults(_Section):
     team_tpm: int | None = None
     # When Redis is unreachable: admit (fail_open) or refuse with 503 (fail_closed).
     fail_mode: Literal["fail_open", "fail_closed"] = "fail_open"
+    # A budget hold not settled within this long (its gateway died) is released.
+    budget_hold_s: float = Field(900.0, gt=0)
 
 
 class AdmissionSettings(_Section):

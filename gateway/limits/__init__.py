@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gateway.limits.base import RateLimiter
 from gateway.limits.budget import (
-    PERIODS, Budget, BudgetHold, InMemorySpendTracker, Prices, SpendTracker, period_bounds,
+    DEFAULT_HOLD_TTL_S, PERIODS, Budget, BudgetHold, InMemorySpendTracker, Prices, SpendTracker,
+    period_bounds,
 )
 from gateway.limits.memory import InMemoryRateLimiter
 from gateway.limits.outage import FailMode
@@ -25,10 +26,12 @@ def create_rate_limiter(redis_url: str | None, fail_mode: FailMode = "fail_open"
 
 
 def create_spend_tracker(redis_url: str | None, fail_mode: FailMode = "fail_open",
-                         prefix: str = "inferplane:{rl}:") -> SpendTracker:
+                         prefix: str = "inferplane:{rl}:",
+                         hold_ttl_s: float = DEFAULT_HOLD_TTL_S) -> SpendTracker:
     if redis_url:
-        return RedisSpendTracker(redis_url, prefix=prefix, fail_mode=fail_mode)
-    return InMemorySpendTracker()
+        return RedisSpendTracker(redis_url, prefix=prefix, fail_mode=fail_mode,
+                                 hold_ttl_s=hold_ttl_s)
+    return InMemorySpendTracker(hold_ttl_s=hold_ttl_s)
 
 
 __all__ = [

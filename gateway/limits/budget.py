@@ -13,17 +13,25 @@ request whose worst case does not fit in what is left is refused up front. A bud
 `period` (hour, day, week, month; UTC calendar periods) counts spend in a counter of the
 current period, so it resets when the period turns. A lifetime budget starts from
 `recorded_usd`, the spend SQL already holds, so a gateway restart forgets nothing.
+
+A hold is kept apart from the settled spend and expires after `hold_ttl_s`: the hold of a
+request whose gateway died before settling it (SIGKILL, OOM, a lost node) is released then,
+instead of staying charged for ever. A request that outlives its hold is still charged its
+real cost when it settles. The default outlasts the longest request a gateway lets run.
 """
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import time
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
 from gateway.limits.types import Decision
 
 PERIODS = ("hour", "day", "week", "month")
+DEFAULT_HOLD_TTL_S = 900.0   # > the gateway's total request timeout plus its queue timeout
 
 
 def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
@@ -83,10 +91,11 @@ class Prices:
 
 @dataclass
 class BudgetHold:
-    """The estimate added to each counter at admission; `settle` replaces it by the real cost."""
+    """The estimate held on each counter at admission; `settle` replaces it by the real cost."""
     keys: tuple[str, ...]
     estimate_usd: float
     settled: bool = False
+    hold_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def refusal(counter: Counter, spent: float, estimate: float, now: datetime) -> Decision:
@@ -108,6 +117,9 @@ def refusal(counter: Counter, spent: float, estimate: float, now: datetime) -> D
 
 
 class SpendTracker(abc.ABC):
+    hold_ttl_s: float = DEFAULT_HOLD_TTL_S
+    clock = staticmethod(time.time)   # wall time: every replica agrees on when a hold expires
+
     async def reserve(self, budgets: Sequence[Budget], estimate_usd: float,
                       now: datetime | None = None) -> tuple[BudgetHold | None, Decision | None]:
         """Hold `estimate_usd` on every budget's counter, or refuse if one cannot take it."""
@@ -115,26 +127,27 @@ class SpendTracker(abc.ABC):
             return BudgetHold((), 0.0), None
         now = now or datetime.now(timezone.utc)
         counters = [b.counter(now) for b in budgets]
-        result = await self._reserve(counters, max(0.0, estimate_usd))
+        hold = BudgetHold(tuple(c.key for c in counters), max(0.0, estimate_usd))
+        result = await self._reserve(counters, hold, self.clock() + self.hold_ttl_s)
         if result is None:  # the store is down
             return None, self._store_down_decision()
         index, spent = result
         if index >= 0:
             return None, refusal(counters[index], spent, estimate_usd, now)
-        return BudgetHold(tuple(c.key for c in counters), max(0.0, estimate_usd)), None
+        return hold, None
 
     async def settle(self, hold: BudgetHold | None, actual_usd: float) -> None:
-        """Swap the held estimate for the real cost (0 releases it). Never raises."""
+        """Release the hold and charge the real cost (0: nothing). Never raises."""
         if hold is None or hold.settled or not hold.keys:
             return
         hold.settled = True
-        delta = max(0.0, actual_usd) - hold.estimate_usd
-        if delta:
-            await self._add(list(hold.keys), delta)
+        await self._settle(hold, max(0.0, actual_usd))
 
     async def spent(self, budget: Budget, now: datetime | None = None) -> float:
+        """Settled spend plus the holds not yet expired."""
         counter = budget.counter(now or datetime.now(timezone.utc))
-        return max(counter.floor, await self._get(counter.key) or 0.0)
+        settled, held = await self._get(counter.key) or (0.0, 0.0)
+        return max(counter.floor, settled) + held
 
     def _store_down_decision(self) -> Decision | None:
         return None
@@ -143,16 +156,18 @@ class SpendTracker(abc.ABC):
         pass
 
     @abc.abstractmethod
-    async def _reserve(self, counters: list[Counter],
-                       estimate: float) -> tuple[int, float] | None:
-        """(-1, 0) when every counter took the estimate, else (index, spent) of the first
-        that could not; None when the store is unreachable."""
+    async def _reserve(self, counters: list[Counter], hold: BudgetHold,
+                       expires_at: float) -> tuple[int, float] | None:
+        """Drop expired holds; (-1, 0) when every counter took `hold` until `expires_at`,
+        else (index, settled + held) of the first that could not; None: store unreachable."""
 
     @abc.abstractmethod
-    async def _add(self, keys: list[str], usd: float) -> None: ...
+    async def _settle(self, hold: BudgetHold, usd: float) -> None:
+        """Remove the hold (if not expired yet) and add `usd` to each existing counter."""
 
     @abc.abstractmethod
-    async def _get(self, key: str) -> float | None: ...
+    async def _get(self, key: str) -> tuple[float, float] | None:
+        """(settled, live holds) of a counter; None when it does not exist."""
 
 
 def over_budget(budget: Budget, spent: float, estimate: float) -> bool:
@@ -163,22 +178,34 @@ def over_budget(budget: Budget, spent: float, estimate: float) -> bool:
 class InMemorySpendTracker(SpendTracker):
     """One gateway's counters; reserve runs without an await, so it is atomic in the loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_ttl_s: float = DEFAULT_HOLD_TTL_S, clock=time.time) -> None:
+        self.hold_ttl_s, self.clock = hold_ttl_s, clock
         self._spend: dict[str, float] = {}
+        self._holds: dict[str, dict[str, tuple[float, float]]] = {}  # key: {id: (usd, until)}
 
-    async def _reserve(self, counters: list[Counter], estimate: float) -> tuple[int, float]:
+    def _held(self, key: str) -> float:
+        now = self.clock()
+        live = {i: h for i, h in self._holds.get(key, {}).items() if h[1] > now}
+        self._holds[key] = live
+        return sum(usd for usd, _ in live.values())
+
+    async def _reserve(self, counters: list[Counter], hold: BudgetHold,
+                       expires_at: float) -> tuple[int, float]:
         spent = [max(c.floor, self._spend.get(c.key, 0.0)) for c in counters]
-        for i, (c, value) in enumerate(zip(counters, spent)):
-            if over_budget(c.budget, value, estimate):
-                return i, value
+        held = [self._held(c.key) for c in counters]
+        for i, c in enumerate(counters):
+            if over_budget(c.budget, spent[i] + held[i], hold.estimate_usd):
+                return i, spent[i] + held[i]
         for c, value in zip(counters, spent):
-            self._spend[c.key] = value + estimate
+            self._spend[c.key] = value
+            self._holds[c.key][hold.hold_id] = (hold.estimate_usd, expires_at)
         return -1, 0.0
 
-    async def _add(self, keys: list[str], usd: float) -> None:
-        for key in keys:
+    async def _settle(self, hold: BudgetHold, usd: float) -> None:
+        for key in hold.keys:
+            self._holds.get(key, {}).pop(hold.hold_id, None)
             if key in self._spend:
                 self._spend[key] += usd
 
-    async def _get(self, key: str) -> float | None:
-        return self._spend.get(key)
+    async def _get(self, key: str) -> tuple[float, float] | None:
+        return (self._spend[key], self._held(key)) if key in self._spend else None

@@ -95,3 +95,26 @@ async def test_budget_store_down_modes(closed_port_url):
     await open_tracker.settle(hold, 1.0)                      # nothing held, no raise
     await open_tracker.close()
     await closed_tracker.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_hold_never_settled_expires_and_frees_the_budget(kind, redis_client, redis_prefix):
+    """The gateway holding it died: after hold_ttl_s the hold stops counting; settled spend
+    stays, and a late settle of the expired hold still charges its real cost."""
+    clock = [1000.0]
+    spend = InMemorySpendTracker(hold_ttl_s=30, clock=lambda: clock[0]) if kind == "memory" \
+        else RedisSpendTracker(redis_client, prefix=redis_prefix, hold_ttl_s=30,
+                               clock=lambda: clock[0])
+    key = Budget("key", f"dead-{kind}", max_usd=1.0)
+    orphan, _ = await spend.reserve([key], 0.7, NOW)
+    live, _ = await spend.reserve([key], 0.2, NOW)
+    _, refused = await spend.reserve([key], 0.2, NOW)
+    assert refused is not None and await spend.spent(key, NOW) == pytest.approx(0.9)
+    await spend.settle(live, 0.1)
+    clock[0] += 31                                            # the orphan's hold expired
+    assert await spend.spent(key, NOW) == pytest.approx(0.1)
+    again, refused = await spend.reserve([key], 0.8, NOW)
+    assert refused is None
+    await spend.settle(orphan, 0.05)                          # the request did finish after all
+    await spend.settle(again, 0.0)
+    assert await spend.spent(key, NOW) == pytest.approx(0.15)
