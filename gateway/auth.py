@@ -145,4 +145,5 @@ def require_role(*roles: str):
             raise OpenAIError(403, f"this operation needs the {needed} role", code="forbidden")
         return principal
 
+    _require.required_role = needed  # read by gateway.openapi_doc (x-required-role)
     return _require

@@ -8,7 +8,8 @@ or handlers. The statuses are derived from each route, so a new route is documen
 same rules:
 
     any parameter or request body      400 (and 422 on admin writes: schema-valid, refused)
-    authenticate / require_role         401, 403 (a JWT with an unknown role is a 403 too)
+    authenticate / require_role         401, 403 (a JWT with an unknown role is a 403 too);
+                                        the least role is published as x-required-role
     a path parameter, or ?model=        404
     admin writes (POST/PUT/PATCH/DELETE) 409 (duplicates, stale row versions, dependents)
     admin routes                        503 (registry database unavailable)
@@ -26,7 +27,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from gateway.auth import authenticate
+from gateway.auth import ROLE_RANK, authenticate
 
 ADMIN = "/admin/"
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
@@ -71,12 +72,13 @@ def _dependency_calls(dependant) -> Iterator[Any]:
         yield from _dependency_calls(dep)
 
 
-def route_auth(route: APIRoute) -> str | None:
-    """"role" (require_role), "key" (authenticate) or None (open)."""
+def route_role(route: APIRoute) -> str | None:
+    """The least role the route admits ("user" for any valid key), or None when it is open."""
     calls = list(_dependency_calls(route.dependant))
-    if any(getattr(c, "__qualname__", "").startswith("require_role.") for c in calls):
-        return "role"
-    return "key" if authenticate in calls else None
+    roles = [c.required_role for c in calls if hasattr(c, "required_role")]
+    if roles:
+        return max(roles, key=ROLE_RANK.__getitem__)
+    return "user" if authenticate in calls else None
 
 
 def _params(dependant, kind: str) -> list:
@@ -99,7 +101,7 @@ def error_statuses(route: APIRoute, method: str) -> set[int]:
     admin = route.path_format.startswith(ADMIN)
     if _has_input(route):
         codes.add(400)
-    if route_auth(route) is not None:
+    if route_role(route) is not None:
         codes |= {401, 403}
     if route.dependant.path_params or any(p.name == "model"
                                           for p in _params(route.dependant, "query_params")):
@@ -124,6 +126,8 @@ def _document(doc: dict, app: FastAPI) -> dict:
             operation = doc["paths"].get(route.path_format, {}).get(method.lower())
             if operation is None:
                 continue
+            if (role := route_role(route)) is not None:
+                operation["x-required-role"] = role
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)  # FastAPI's default; re-added below where it is true
             for status in sorted(error_statuses(route, method) | _declared_errors(route)):
@@ -156,4 +160,4 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-__all__ = ["api_routes", "error_statuses", "install_openapi", "route_auth"]
+__all__ = ["api_routes", "error_statuses", "install_openapi", "route_role"]

@@ -10,6 +10,7 @@ per-minute buckets, so a month over millions of minute rows reads a few thousand
 from __future__ import annotations
 
 from collections import defaultdict
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
@@ -28,6 +29,9 @@ from .common import AdminContext, operator
 
 GROUPS = ("team", "key", "model", "day")
 MAX_RANGE = timedelta(days=400)
+# what parse_group_by accepts, for the schema: each field at most once, in any order
+GROUP_BY = ["", *(",".join(p) for n in range(1, len(GROUPS) + 1)
+                  for p in itertools.permutations(GROUPS, n))]
 DEFAULT_RANGE = timedelta(days=30)
 
 
@@ -71,9 +75,9 @@ def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime
     until = utc(until) if until else datetime.now(timezone.utc)
     since = utc(since) if since else until - DEFAULT_RANGE
     if since >= until:
-        raise OpenAIError(400, "since must be before until", param="since", code="invalid_value")
+        raise OpenAIError(422, "since must be before until", param="since", code="invalid_value")
     if until - since > MAX_RANGE:
-        raise OpenAIError(400, f"the range may span at most {MAX_RANGE.days} days",
+        raise OpenAIError(422, f"the range may span at most {MAX_RANGE.days} days",
                           param="since", code="invalid_value")
     return since, until
 
@@ -150,17 +154,20 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/usage", tags=["admin: usage"])
 
     @router.get("", response_model=UsageReport, response_model_exclude_unset=True,
-                responses={400: {"description": "bad group_by or time range"},
-                           403: {"description": "needs the operator role"}})
+                responses={400: {"description": "bad group_by"},
+                           403: {"description": "needs the operator role"},
+                           422: {"description": "since is not before until, or the range is "
+                                               "too long"}})
     def get_usage(
-        group_by: Annotated[str, Query(max_length=100, description="comma-separated: "
-                                       "team, key, model, day; empty = totals only")] = "",
+        group_by: Annotated[str, Query(max_length=100, json_schema_extra={"enum": GROUP_BY},
+                                       description="comma-separated: team, key, model, day; "
+                                       "empty = totals only")] = "",
         since: Annotated[datetime | None, Query(description="start (inclusive, ISO 8601); "
                                                  "default: 30 days before until")] = None,
         until: Annotated[datetime | None, Query(description="end (exclusive); default: now")]
         = None,
         team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-        key_id: Annotated[int | None, Query(ge=1)] = None,
+        key_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
         model: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
         _: Principal = Depends(operator),
     ):

@@ -53,7 +53,9 @@ def load(schema_url: str, headers: dict[str, str]):
 
 
 def fuzz(schema_url: str, headers: dict[str, str], *, examples: int, budget_s: float,
-         prepare: Callable | None = None, skip: Callable[[str], bool] | None = None) -> Report:
+         prepare: Callable | None = None, skip: Callable[[str], bool] | None = None,
+         derandomize: bool = True) -> Report:
+    """derandomize: the same cases every run (the suite); False explores anew (long runs)."""
     schema = load(schema_url, headers)
     report = Report()
     operations = [r.ok() for r in schema.get_all_operations()]
@@ -66,14 +68,15 @@ def fuzz(schema_url: str, headers: dict[str, str], *, examples: int, budget_s: f
             if time.monotonic() > deadline:
                 return report
             _run(operation, mode, headers, examples, min(per_op, deadline - time.monotonic()),
-                 prepare, report)
+                 prepare, report, derandomize)
     return report
 
 
-def _run(operation, mode, headers, examples, seconds, prepare, report: Report) -> None:
+def _run(operation, mode, headers, examples, seconds, prepare, report: Report,
+         derandomize: bool) -> None:
     stop_at = time.monotonic() + seconds
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy(generation_mode=mode))
     def one(case):
