@@ -17,15 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psycopg
 import pytest
 import yaml
 
 from tests.conftest import free_port, start_process, stop_process, wait_http
 from tests.e2e_rollouts.stack import FLAKY_MARKER, Engine, Stack, Traffic, send, \
     simulated_engine_args
+from tests.registry.databases import create_pg_database, drop_pg_database
 
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 ADMIN_KEY = "ip-failover-" + uuid.uuid4().hex
 ANALYSIS = {"interval_s": 1.5, "min_requests": 4, "max_error_rate": 0.05,
             "max_inconclusive": 3}
@@ -84,12 +83,11 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def database():
-    name = f"ip_failover_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    name, url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(name)
 
 
 @pytest.fixture(scope="module")
@@ -131,14 +129,10 @@ def cluster(tmp_path_factory, database):
             stop_process(proc)
 
 
-def rollout_of(cluster: Cluster, rid: int) -> dict:
-    return cluster.admin.admin("GET", f"/rollouts/{rid}")
-
-
 def wait_for(cluster: Cluster, rid: int, ready, timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        rollout = rollout_of(cluster, rid)
+        rollout = cluster.admin.admin("GET", f"/rollouts/{rid}")
         if ready(rollout):
             return rollout
         assert time.monotonic() < deadline, rollout
@@ -149,17 +143,6 @@ def when(event: dict) -> float:
     return datetime.fromisoformat(event["at"]).astimezone(timezone.utc).timestamp()
 
 
-def register(cluster: Cluster, model: str, v2_engine: str) -> None:
-    cluster.admin.register(model, v1="sim-a", v2=v2_engine)
-    wait_for_route(cluster, model)
-
-
-def start(cluster: Cluster, model: str, steps: list[dict]) -> int:
-    return cluster.admin.admin("POST", "/rollouts", {
-        "model": model, "candidate_version": "v2", "steps": steps, "analysis": ANALYSIS,
-        "warm_delay_s": 0})["id"]
-
-
 def wait_for_route(cluster: Cluster, model: str, timeout: float = 15.0) -> None:
     """The gateway replica polls the registry: wait until it serves the new model."""
     deadline = time.monotonic() + timeout
@@ -168,62 +151,74 @@ def wait_for_route(cluster: Cluster, model: str, timeout: float = 15.0) -> None:
         time.sleep(0.2)
 
 
-def test_standby_resumes_a_healthy_canary_and_promotes_it(cluster):
-    steps = [{"weight": 0.3, "pause_s": 3}, {"weight": 0.6, "pause_s": 1}]
-    register(cluster, "resume-good", "sim-b")
-    with Traffic(cluster.gateway, "resume-good") as traffic:
-        rid = start(cluster, "resume-good", steps)
-        # Killed mid-rollout, once a measurement passed (usually within step 0's pause).
-        wait_for(cluster, rid, lambda r: r["state"] == "progressing"
-                 and any(m["result"]["verdict"] == "pass" for m in r["measurements"]))
+@dataclass
+class Failover:
+    rollout: dict  # as the new leader finished it
+    traffic: Traffic
+    killed_at: float  # wall clock, comparable with event timestamps
+    takeover_s: float
+
+    def measured_after_kill(self) -> list[dict]:
+        return [m for m in self.rollout["measurements"] if when(m) > self.killed_at]
+
+
+def rollout_with_failover(cluster: Cluster, model: str, v2_engine: str, steps: list[dict],
+                          kill_when, standby: str) -> Failover:
+    """Under live traffic, start a canary of v2, SIGKILL the leader once `kill_when(rollout)`
+    holds, follow the rollout on the new leader to its end; then start a fresh standby."""
+    cluster.admin.register(model, v1="sim-a", v2=v2_engine)
+    wait_for_route(cluster, model)
+    with Traffic(cluster.gateway, model) as traffic:
+        rid = cluster.admin.admin("POST", "/rollouts", {
+            "model": model, "candidate_version": "v2", "steps": steps, "analysis": ANALYSIS,
+            "warm_delay_s": 0})["id"]
+        wait_for(cluster, rid, lambda r: r["state"] == "progressing" and kill_when(r))
         killed_at = time.time()
         takeover_s = cluster.kill_leader()
         rollout = wait_for(cluster, rid, lambda r: r["state"] in ("succeeded", "rolled_back"))
-    cluster.add_standby("third")
-
+    cluster.add_standby(standby)
     assert takeover_s < TAKEOVER_S
+    return Failover(rollout, traffic, killed_at, takeover_s)
+
+
+def kinds(rollout: dict) -> list[str]:
+    return [e["kind"] for e in rollout["events"]]
+
+
+def test_standby_resumes_a_healthy_canary_and_promotes_it(cluster):
+    # Killed mid-rollout once a measurement passed (usually within step 0's pause).
+    run = rollout_with_failover(
+        cluster, "resume-good", "sim-b",
+        [{"weight": 0.3, "pause_s": 3}, {"weight": 0.6, "pause_s": 1}],
+        lambda r: any(m["result"]["verdict"] == "pass" for m in r["measurements"]), "third")
+    rollout = run.rollout
     assert rollout["state"] == "succeeded", rollout["reason"]
     # Resumed, not restarted: one pending, each step entered once, in order.
-    assert [e["kind"] for e in rollout["events"]] == \
-        ["pending", "progressing", "progressing", "promoting", "succeeded"]
+    assert kinds(rollout) == ["pending", "progressing", "progressing", "promoting", "succeeded"]
     assert [e["weight"] for e in rollout["events"] if e["kind"] == "progressing"] == [0.3, 0.6]
-    after = [m for m in rollout["measurements"] if when(m) > killed_at]
-    assert after and all(m["result"]["verdict"] != "fail" for m in rollout["measurements"])
-    assert {m["step"] for m in after} >= {1}  # the new leader judged step 1 itself
+    assert all(m["result"]["verdict"] != "fail" for m in rollout["measurements"])
+    assert {m["step"] for m in run.measured_after_kill()} >= {1}  # judged by the new leader
     assert cluster.admin.alias("resume-good") == "v2"
     # The gateway kept serving through the leaderless seconds.
-    assert traffic.replies and all(r.status == 200 for r in traffic.replies)
+    assert run.traffic.replies and all(r.status == 200 for r in run.traffic.replies)
 
 
 def test_standby_resumes_a_failing_canary_and_rolls_it_back(cluster):
-    steps = [{"weight": 0.5, "pause_s": 30}]
-    register(cluster, "resume-bad", "half")
-    with Traffic(cluster.gateway, "resume-bad") as traffic:
-        rid = start(cluster, "resume-bad", steps)
-        # Killed as soon as the canary serves, before any measurement.
-        wait_for(cluster, rid, lambda r: r["state"] == "progressing")
-        killed_at = time.time()
-        takeover_s = cluster.kill_leader()
-        rollout = wait_for(cluster, rid, lambda r: r["state"] in ("succeeded", "rolled_back"))
-    cluster.add_standby("fourth")
-
-    assert takeover_s < TAKEOVER_S
+    # Killed as soon as the canary serves, before any measurement.
+    run = rollout_with_failover(cluster, "resume-bad", "half", [{"weight": 0.5, "pause_s": 30}],
+                                lambda r: True, "fourth")
+    rollout = run.rollout
     assert rollout["state"] == "rolled_back", rollout["reason"]
-    assert [e["kind"] for e in rollout["events"]] == \
-        ["pending", "progressing", "aborting", "rolled_back"]
-    verdicts = [m["result"]["verdict"] for m in rollout["measurements"] if when(m) > killed_at]
+    assert kinds(rollout) == ["pending", "progressing", "aborting", "rolled_back"]
+    verdicts = [m["result"]["verdict"] for m in run.measured_after_kill()]
     assert verdicts and verdicts[-1] == "fail"
     assert cluster.admin.alias("resume-bad") == "v1"
-    assert any(r.status >= 500 for r in traffic.replies)  # the canary did fail clients
-    wait_until_stable_only(cluster, "resume-bad")
-
-
-def wait_until_stable_only(cluster: Cluster, model: str) -> None:
-    """After the rollback every request is v1's (once the replica saw the snapshot)."""
+    assert any(r.status >= 500 for r in run.traffic.replies)  # the canary did fail clients
+    # After the rollback every request is v1's (once the replica saw the snapshot).
     deadline = time.monotonic() + 10
     while True:
-        replies = send(cluster.gateway, model, 10)
+        replies = send(cluster.gateway, "resume-bad", 10)
         if all(r.status == 200 and FLAKY_MARKER not in r.text for r in replies):
-            return
+            break
         assert time.monotonic() < deadline, [r.text for r in replies]
         time.sleep(0.3)
