@@ -9,8 +9,10 @@ Call pattern::
 
 `sink(records)` may be async, or sync (then it runs in a worker thread so a blocking database
 call never stalls the event loop; the control plane passes one that inserts rows through
-SQLAlchemy). A failing sink is retried on the next flush, up to `max_attempts` times per batch;
-when the queue is full new records are dropped and counted in `dropped`.
+SQLAlchemy). A failing sink (the database is down) is retried on every flush for as long as
+it fails: records wait in the queue, in order, and nothing is lost while the queue has room;
+when it is full new records are dropped and counted in `dropped`. Only `close` gives up on a
+batch, after `max_attempts` tries: the process is stopping and has nowhere to keep it.
 """
 from __future__ import annotations
 
@@ -108,6 +110,8 @@ class UsageWriter(Generic[R]):
             return self._batch_failed(len(batch))
         for _ in batch:
             self._queue.popleft()
+        if self._attempts:
+            log.warning("usage sink recovered after %d failed attempts", self._attempts)
         self._attempts = 0
         self.written += len(batch)
         return True
@@ -115,8 +119,9 @@ class UsageWriter(Generic[R]):
     def _batch_failed(self, size: int) -> bool:
         self.failed_flushes += 1
         self._attempts += 1
-        log.exception("usage sink failed (attempt %d of %d)", self._attempts, self.max_attempts)
-        if self._attempts >= self.max_attempts:
+        if self._attempts == 1:   # once per outage, not once per flush
+            log.exception("usage sink failed; %d records wait for it", len(self._queue))
+        if self._closed and self._attempts >= self.max_attempts:
             for _ in range(size):
                 self._queue.popleft()
             self.dropped += size

@@ -9,8 +9,12 @@ Every case compares what the client saw with three books kept by the platform:
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -79,6 +83,47 @@ class PrivateRedis:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the test's own (initdb into a temp dir, its own port), to crash
+    and restart at will; the shared cluster on 5432 serves other tests."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        # Directly under /tmp: the postgres user must reach it (pytest's tmp dirs are 0700).
+        self.workdir = Path(tempfile.mkdtemp(prefix="inferplane-pg-"))
+        self.bin = Path(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1]).parent
+        self.data = self.workdir / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        # PostgreSQL refuses to run as root: as root, run its tools as the postgres user.
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, str(self.bin / tool), *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=120)
+
+    def init(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.workdir / "pg.log"), "-w",
+                  "-o", f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 "
+                        "-c fsync=off", "start")
+
+    def crash(self) -> None:
+        """Immediate shutdown: connections cut, no checkpoint (recovery on the next start)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.crash()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def start_fake_engine(port: int, name: str, log: Path) -> subprocess.Popen:
@@ -209,6 +254,6 @@ def delta(before: Books, after: Books, name: str, **labels: str) -> float:
     return metric_sum(after.metrics, name, **labels) - metric_sum(before.metrics, name, **labels)
 
 
-__all__ = ["BlackHole", "Books", "PRICE", "PrivateRedis", "Stack", "assert_nothing_lost", "delta", "free_port",
+__all__ = ["BlackHole", "Books", "PRICE", "PrivatePostgres", "PrivateRedis", "Stack", "assert_nothing_lost", "delta", "free_port",
            "openai_model", "samples", "start_builtin_engine", "start_fake_engine",
            "stop_process"]

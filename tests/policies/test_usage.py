@@ -85,6 +85,26 @@ async def test_failing_sink_is_retried_then_dropped():
     assert writer.dropped == 1 and writer.pending == 0
 
 
+async def test_a_sink_down_for_many_flushes_loses_nothing():
+    """While the gateway runs, a failing batch stays queued however long the outage lasts."""
+    down, written = [True], []
+
+    def database(records):
+        if down[0]:
+            raise ConnectionError("database restarting")
+        written.extend(records)
+
+    writer = UsageWriter(database, max_batch=10, max_attempts=2)
+    for i in range(25):
+        writer.record(rec(i))
+    for _ in range(10):
+        await writer.flush()
+    assert writer.pending == 25 and writer.dropped == 0 and writer.failed_flushes == 10
+    down[0] = False
+    await writer.flush()
+    assert writer.pending == 0 and writer.written == 25 and len(written) == 25
+
+
 async def test_full_queue_drops():
     writer = UsageWriter(lambda r: None, max_batch=2, max_queue=3)
     for i in range(5):
