@@ -32,13 +32,18 @@ def _connect(base: str) -> socket.socket:
 
 
 def _closed_by_server(sock: socket.socket, wait_s: float) -> bool:
-    readable, _, _ = select.select([sock], [], [], wait_s)
-    if not readable:
-        return False
-    try:
-        return sock.recv(4096) == b""
-    except ConnectionResetError:
-        return True
+    """True when the server closes `sock` within `wait_s` (bytes still arriving, such as the
+    rest of a response, are read and skipped)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        readable, _, _ = select.select([sock], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            return False
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except ConnectionResetError:
+            return True
 
 
 def _raw(base: str, request: bytes, wait_s: float = 10.0) -> bytes:
