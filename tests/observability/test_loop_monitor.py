@@ -1,0 +1,32 @@
+"""The gateway's event-loop gauges: live task count, and the worst lag since the last scrape."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client import CollectorRegistry
+
+from gateway.loop_monitor import LoopMonitor
+
+
+def value(registry: CollectorRegistry, name: str) -> float:
+    return registry.get_sample_value(name)
+
+
+async def test_counts_tasks_and_reports_the_worst_lag_once():
+    registry = CollectorRegistry()
+    monitor = LoopMonitor(registry, interval_s=0.02)
+    runner = asyncio.create_task(monitor.run())
+    await asyncio.sleep(0.05)
+    idle = value(registry, "inferplane_event_loop_tasks")
+    sleepers = [asyncio.create_task(asyncio.sleep(1)) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert value(registry, "inferplane_event_loop_tasks") == idle + 5
+    value(registry, "inferplane_event_loop_lag_seconds")      # forget start-up lag
+    time.sleep(0.15)                                          # block the loop: ~0.13 s late
+    await asyncio.sleep(0.05)
+    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1
+    assert value(registry, "inferplane_event_loop_lag_seconds") < 0.1   # reset by the read
+    for task in [*sleepers, runner]:
+        task.cancel()
+    await asyncio.gather(*sleepers, runner, return_exceptions=True)
