@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import running_up
 
-HEADER_TIMEOUT_S = 2.0
+HEADER_TIMEOUT_S = 3.0
 MAX_CONNECTIONS = 330
 CONFIG = {"models": [], "server": {"header_timeout_s": HEADER_TIMEOUT_S, "keep_alive_s": 1.0,
                                    "body_timeout_s": 2.0, "max_connections": MAX_CONNECTIONS,
