@@ -81,6 +81,8 @@ async def test_create_shows_the_rollout_audits_and_bumps_the_snapshot(api):
     ({"strategy": "linear"}, 422, "strategy", "canary"),
     ({"steps": [{"weight": 0.1, "pause": 3}]}, 422, "steps.0.pause", "Extra inputs"),
     ({"analysis": {"max_error_rate": 5}}, 422, "analysis.max_error_rate", "fraction"),
+    ({"analysis": {"max_inconclusive": -1}}, 422, "analysis.max_inconclusive",
+     "greater than or equal to 0"),
     ({"candidate_version": "v9"}, 422, "candidate_version", "has no version 'v9' (known: v1, v2)"),
     ({"candidate_version": "v1"}, 422, "candidate_version", "already serves version 'v1'"),
     ({"alias": "prod"}, 422, "alias", "has no alias 'prod'"),
