@@ -171,7 +171,7 @@ def openapi_body(schema: type[BaseModel], required: bool = True) -> dict:
 
 def inline_refs(schema: dict) -> dict:
     """The schema with every local `$ref` replaced by its definition (models here are not
-    recursive) and `$defs` dropped."""
+    recursive) and `$defs` (and the discriminators that point into them) dropped."""
     defs = schema.get("$defs", {})
 
     def expand(node):
@@ -180,7 +180,8 @@ def inline_refs(schema: dict) -> dict:
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
                 rest = {k: v for k, v in node.items() if k != "$ref"}
                 return {**expand(defs[ref.removeprefix("#/$defs/")]), **expand(rest)}
-            return {k: expand(v) for k, v in node.items() if k != "$defs"}
+            # a discriminator maps tags to $refs, which are gone: the oneOf alone still holds
+            return {k: expand(v) for k, v in node.items() if k not in ("$defs", "discriminator")}
         if isinstance(node, list):
             return [expand(v) for v in node]
         return node

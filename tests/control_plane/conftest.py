@@ -11,6 +11,8 @@ from fastapi import FastAPI
 
 from control_plane.admin import include_admin_routers
 from control_plane.snapshots import SnapshotSource
+from gateway.app import create_gateway_app
+from gateway.settings import GatewaySettings
 from registry import queries as q
 from registry.db import make_session_factory
 from registry.migrate import upgrade
@@ -29,8 +31,10 @@ class AdminEnv:
         return {"Authorization": f"Bearer {self.keys[role]}"}
 
 
-def build_admin_app(url: str, make_slo=None) -> tuple[FastAPI, object, SnapshotSource, dict[str, str]]:
-    """make_slo(sessions) builds the SloTracker that gates rollouts (none by default)."""
+def build_admin_app(url: str, make_slo=None, on_gateway: bool = False
+                    ) -> tuple[FastAPI, object, SnapshotSource, dict[str, str]]:
+    """make_slo(sessions) builds the SloTracker that gates rollouts (none by default).
+    on_gateway: mount on the gateway's app as `inferplane up` does (orjson responses)."""
     upgrade(url, progress=None)
     sessions = make_session_factory(url)
     keys = {}
@@ -40,15 +44,19 @@ def build_admin_app(url: str, make_slo=None) -> tuple[FastAPI, object, SnapshotS
         q.bump_snapshot_version(s)
     source = SnapshotSource(sessions)
     source.refresh()
-    app = FastAPI()
-    # authenticate() reads the snapshot source (and JWT config) from the gateway's app state.
-    app.state.gateway = SimpleNamespace(snapshot_source=source, jwt=None, settings=None)
+    if on_gateway:
+        app = create_gateway_app(GatewaySettings.model_validate(
+            {"routing": {"load_poll_interval_s": 0}}), source)
+    else:
+        app = FastAPI()
+        # authenticate() reads the snapshot source (and JWT config) from the gateway's state.
+        app.state.gateway = SimpleNamespace(snapshot_source=source, jwt=None, settings=None)
     include_admin_routers(app, sessions, source, make_slo(sessions) if make_slo else None)
     return app, sessions, source, keys
 
 
-async def _env(url: str):
-    app, sessions, source, keys = build_admin_app(url)
+async def _env(url: str, on_gateway: bool = False):
+    app, sessions, source, keys = build_admin_app(url, on_gateway=on_gateway)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
         yield AdminEnv(app, client, sessions, source, keys)
@@ -58,6 +66,13 @@ async def _env(url: str):
 @pytest.fixture
 async def env(sqlite_url):
     async for e in _env(sqlite_url):
+        yield e
+
+
+@pytest.fixture
+async def gateway_env(sqlite_url):
+    """The admin API on the gateway's app, as `inferplane up` serves it."""
+    async for e in _env(sqlite_url, on_gateway=True):
         yield e
 
 
