@@ -5,7 +5,7 @@
 
 Fills a fresh, migrated database (a temporary SQLite file; a throw-away PostgreSQL database,
 dropped afterwards) with `rows` minute buckets spread over 30 days (keys × teams × models),
-builds the hourly rollup as the usage sink keeps it, then times the endpoint's query
+builds the hourly and daily rollups as the usage sink keeps them, then times the endpoint's query
 (`usage_report`, best and median of 7) grouped by team, key, model and day over a ragged
 30-day range (the ends come from minute buckets). Baseline, measured in the same run: the same
 group-by straight over the minute table, which is what the query would cost without the
@@ -31,7 +31,7 @@ from registry import queries as q  # noqa: E402
 from registry.db import make_session_factory  # noqa: E402
 from registry.migrate import upgrade  # noqa: E402
 from registry.models import Usage  # noqa: E402
-from registry.usage_rollup import rebuild_hourly  # noqa: E402
+from registry.usage_rollup import rebuild_rollups  # noqa: E402
 
 GROUPS = (["team"], ["key"], ["model"], ["day"], ["team", "model", "day"])
 KEYS, MODELS = 6, 4
@@ -62,10 +62,10 @@ def fill(sessions, rows: int) -> None:
                 batch.clear()
         if batch:
             s.execute(insert(Usage), batch)
-        hourly = rebuild_hourly(s)
+        rollups = rebuild_rollups(s)
     with sessions() as s:
         print(f"  {s.scalar(select(func.count()).select_from(Usage)):,} minute rows, "
-              f"{hourly:,} hourly rows")
+              + ", ".join(f"{n:,} {table}" for table, n in rollups.items()))
 
 
 def timed(fn, repeats: int = 7) -> tuple[float, float]:

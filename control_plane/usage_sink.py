@@ -1,5 +1,5 @@
-"""Usage from the gateway into SQL: per-minute buckets per key and model (and their hourly
-rollup), spend charged, and one request-log row per request (kept for a retention period)."""
+"""Usage from the gateway into SQL: per-minute buckets per key and model (and their hourly and
+daily rollups), spend charged, and one request-log row per request (kept for a retention period)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,7 +11,7 @@ from gateway.usage import UsageWriter
 from gateway.usage_record import UsageRecord as GatewayUsage
 from registry.access_queries import UsageRecord, record_usage
 from registry.request_log import append_requests, prune_requests
-from registry.usage_rollup import add_to_hourly
+from registry.usage_rollup import add_to_rollups
 
 BUCKET_S = 60
 REQUEST_RETENTION_S = 7 * 24 * 3600  # request-log rows older than this are pruned
@@ -57,7 +57,7 @@ def sql_usage_writer(sessions: sessionmaker,
         buckets = aggregate(batch)
         with sessions.begin() as session:
             record_usage(session, buckets)
-            add_to_hourly(session, buckets)
+            add_to_rollups(session, buckets)
             append_requests(session, request_rows(batch))
             prune_requests(session, datetime.now(timezone.utc)
                            - timedelta(seconds=request_retention_s))

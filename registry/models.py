@@ -244,7 +244,7 @@ from registry.access_models import (  # noqa: E402  (same metadata, split for fi
 )
 from registry.mlflow_state import MlflowAliasState  # noqa: E402,F401  (same metadata)
 from registry.request_log import RequestLog  # noqa: E402,F401  (same metadata)
-from registry.usage_rollup import UsageHourly  # noqa: E402,F401  (same metadata)
+from registry.usage_rollup import UsageDaily, UsageHourly  # noqa: E402,F401  (same metadata)
 
 __all__ = [
     "Base", "Model", "ModelVersion", "Alias", "AliasHistory", "Adapter", "BackendAdapter",

@@ -1,15 +1,17 @@
-"""Hourly usage rollup: the per-minute `usage` buckets summed per (hour, key, team, model), kept
-in step by the usage sink so a month of usage is ~700 rows per key and model instead of ~43,000.
+"""Usage rollups: the per-minute `usage` buckets summed per hour and per UTC day for each
+(key, team, model), kept in step by the usage sink, so a month of usage reads ~30 daily rows
+per key and model (plus a few hourly and minute rows at the ragged ends) instead of ~43,000.
 
-    add_to_hourly(session, records)   # same batch the sink gives record_usage
-    rebuild_hourly(session)           # recompute from `usage` (migration backfill, benchmarks)
+    add_to_rollups(session, records)   # the same per-minute batch the sink gives record_usage
+    rebuild_rollups(session)           # recompute both from `usage` (backfill, benchmarks)
+    ROLLUPS                            # (table, width), coarsest first, for range queries
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import Float, ForeignKey, Integer, String, UniqueConstraint, delete, func, \
     insert, select
@@ -19,12 +21,11 @@ from registry.access_queries import ADDITIVE, UsageRecord
 from registry.models import Base, Usage
 
 
-class UsageHourly(Base):
-    __tablename__ = "usage_hourly"
-    __table_args__ = (UniqueConstraint("hour_start", "key_id", "team", "model"),)
+class _Sums:
+    """The columns both rollups share with `usage`; `start` opens the row's hour or day."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    hour_start: Mapped[datetime] = mapped_column(index=True)
+    start: Mapped[datetime] = mapped_column(index=True)
     key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"))
     team: Mapped[str | None] = mapped_column(String(200))
     model: Mapped[str] = mapped_column(String(200))
@@ -36,27 +37,47 @@ class UsageHourly(Base):
     cost: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-def hour_of(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
+class UsageHourly(_Sums, Base):
+    __tablename__ = "usage_hourly"
+    __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
 
 
-def add_to_hourly(session: Session, records: Iterable[UsageRecord]) -> None:
-    """Add a batch of per-minute records into their hourly rows (one upsert per group)."""
-    sums: dict[tuple, list[float]] = defaultdict(lambda: [0] * len(ADDITIVE))
-    for rec in records:
-        acc = sums[(hour_of(rec.bucket_start), rec.key_id, rec.team, rec.model)]
-        for i, field in enumerate(ADDITIVE):
-            acc[i] += getattr(rec, field)
-    for (hour, key_id, team, model), acc in sums.items():
-        row = session.scalar(select(UsageHourly).where(
-            UsageHourly.hour_start == hour, UsageHourly.model == model,
-            _is(UsageHourly.key_id, key_id), _is(UsageHourly.team, team)))
-        if row is None:
-            row = UsageHourly(hour_start=hour, key_id=key_id, team=team, model=model,
-                              **{f: 0 for f in ADDITIVE})
-            session.add(row)
-        for i, field in enumerate(ADDITIVE):
-            setattr(row, field, getattr(row, field) + acc[i])
+class UsageDaily(_Sums, Base):
+    __tablename__ = "usage_daily"
+    __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
+
+
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
+ROLLUPS = ((UsageDaily, DAY), (UsageHourly, HOUR))
+_UNIT = {HOUR: "hour", DAY: "day"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def floor_to(ts: datetime, width: timedelta) -> datetime:
+    """The start of the UTC hour or day holding `ts` (naive datetimes are taken as UTC)."""
+    ts = ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return ts - (ts - _EPOCH) % width
+
+
+def add_to_rollups(session: Session, records: Iterable[UsageRecord]) -> None:
+    """Add a batch of per-minute records into their hourly and daily rows."""
+    records = list(records)
+    for table, width in ROLLUPS:
+        sums: dict[tuple, list[float]] = defaultdict(lambda: [0] * len(ADDITIVE))
+        for rec in records:
+            acc = sums[(floor_to(rec.bucket_start, width), rec.key_id, rec.team, rec.model)]
+            for i, field in enumerate(ADDITIVE):
+                acc[i] += getattr(rec, field)
+        for (start, key_id, team, model), acc in sums.items():
+            row = session.scalar(select(table).where(
+                table.start == start, table.model == model,
+                _is(table.key_id, key_id), _is(table.team, team)))
+            if row is None:
+                row = table(start=start, key_id=key_id, team=team, model=model,
+                            **{f: 0 for f in ADDITIVE})
+                session.add(row)
+            for i, field in enumerate(ADDITIVE):
+                setattr(row, field, getattr(row, field) + acc[i])
     session.flush()
 
 
@@ -65,23 +86,30 @@ def _is(column, value):
     return column.is_(None) if value is None else column == value
 
 
-def hour_expr(column, dialect: str):
-    """The SQL hour of a timestamp column, in the form each database stores datetimes."""
-    if dialect == "sqlite":
-        return func.strftime("%Y-%m-%d %H:00:00.000000", column)
-    return func.date_trunc("hour", column)
+def trunc_expr(column, width: timedelta, dialect: str):
+    """SQL for the UTC hour or day of a timestamp column, as each database stores datetimes."""
+    if dialect == "sqlite":  # stored as "YYYY-MM-DD HH:MM:SS.ffffff"
+        fmt = "%Y-%m-%d %H:00:00.000000" if width == HOUR else "%Y-%m-%d 00:00:00.000000"
+        return func.strftime(fmt, column)
+    # In UTC whatever the session's time zone (some zones are offset by half hours).
+    return func.timezone("UTC", func.date_trunc(_UNIT[width], func.timezone("UTC", column)))
 
 
-def rebuild_hourly(session: Session) -> int:
-    """Replace the rollup with sums over `usage`; returns the number of hourly rows."""
-    hour = hour_expr(Usage.bucket_start, session.get_bind().dialect.name).label("hour_start")
-    sums = [func.sum(getattr(Usage, f)).label(f) for f in ADDITIVE]
-    source = select(hour, Usage.key_id, Usage.team, Usage.model, *sums).group_by(
-        hour, Usage.key_id, Usage.team, Usage.model)
-    session.execute(delete(UsageHourly))
-    session.execute(insert(UsageHourly).from_select(
-        ["hour_start", "key_id", "team", "model", *ADDITIVE], source))
-    return session.scalar(select(func.count()).select_from(UsageHourly))
+def rebuild_rollups(session: Session) -> dict[str, int]:
+    """Replace both rollups with sums over `usage`; returns the row count of each."""
+    dialect = session.get_bind().dialect.name
+    counts = {}
+    for table, width in ROLLUPS:
+        start = trunc_expr(Usage.bucket_start, width, dialect).label("start")
+        sums = [func.sum(getattr(Usage, f)).label(f) for f in ADDITIVE]
+        source = select(start, Usage.key_id, Usage.team, Usage.model, *sums).group_by(
+            start, Usage.key_id, Usage.team, Usage.model)
+        session.execute(delete(table))
+        session.execute(insert(table).from_select(
+            ["start", "key_id", "team", "model", *ADDITIVE], source))
+        counts[table.__tablename__] = session.scalar(select(func.count()).select_from(table))
+    return counts
 
 
-__all__ = ["UsageHourly", "add_to_hourly", "hour_expr", "hour_of", "rebuild_hourly"]
+__all__ = ["ROLLUPS", "UsageDaily", "UsageHourly", "add_to_rollups", "floor_to",
+           "rebuild_rollups", "trunc_expr"]

@@ -3,14 +3,15 @@ team, key, model and day (UTC).
 
     GET /admin/v1/usage?group_by=team,day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z
 
-Whole hours are read from the hourly rollup and only the ragged ends of the range from the
-per-minute buckets, so a month over millions of minute rows reads a few thousand rows.
+Whole days are read from the daily rollup, whole hours at the ends from the hourly one and only
+the minutes left over from the per-minute buckets, so a month over millions of minute rows
+reads a few hundred rows.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 import itertools
+from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
@@ -23,15 +24,15 @@ from gateway.auth import Principal
 from gateway.errors import OpenAIError
 from registry.access_queries import ADDITIVE
 from registry.models import Usage
-from registry.usage_rollup import UsageHourly, hour_of
+from registry.usage_rollup import ROLLUPS, floor_to
 
 from .common import AdminContext, operator
 
 GROUPS = ("team", "key", "model", "day")
-MAX_RANGE = timedelta(days=400)
 # what parse_group_by accepts, for the schema: each field at most once, in any order
 GROUP_BY = ["", *(",".join(p) for n in range(1, len(GROUPS) + 1)
                   for p in itertools.permutations(GROUPS, n))]
+MAX_RANGE = timedelta(days=400)
 DEFAULT_RANGE = timedelta(days=30)
 
 
@@ -85,7 +86,7 @@ def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime
 def _day(column, dialect: str):
     if dialect == "sqlite":
         return func.substr(column, 1, 10)  # SQLite stores "YYYY-MM-DD HH:MM:SS.ffffff"
-    return func.to_char(column, "YYYY-MM-DD")
+    return func.to_char(func.timezone("UTC", column), "YYYY-MM-DD")  # the UTC day
 
 
 def _grouped(session: Session, table, ts, where, groups: list[str]) -> list[tuple]:
@@ -102,27 +103,30 @@ def _grouped(session: Session, table, ts, where, groups: list[str]) -> list[tupl
 
 def usage_report(session: Session, since: datetime, until: datetime, groups: list[str],
                  filters: dict[str, Any]) -> dict[str, Any]:
-    """Sums per group over [since, until): the hourly rollup for whole hours inside the range,
-    minute buckets for the ends."""
-    first_hour = hour_of(since) + (timedelta(hours=1) if since != hour_of(since) else timedelta())
-    last_hour = hour_of(until)
-    if first_hour >= last_hour:  # no whole hour inside: minute buckets only
-        return _merge(_minutes(session, since, until, groups, filters), groups, since, until)
-    hourly = and_(UsageHourly.hour_start >= first_hour, UsageHourly.hour_start < last_hour,
-                  *_filters(UsageHourly, filters))
-    parts = _grouped(session, UsageHourly, UsageHourly.hour_start, hourly, groups)
-    # Each end on its own: one index range scan apiece (an OR of the two would scan it all).
-    parts += _minutes(session, since, first_hour, groups, filters)
-    parts += _minutes(session, last_hour, until, groups, filters)
-    return _merge(parts, groups, since, until)
+    """Sums per group over [since, until): whole days from the daily rollup, whole hours at
+    the ends from the hourly one, the minutes left over from the per-minute buckets."""
+    return _merge(_cover(session, since, until, groups, filters, ROLLUPS), groups, since, until)
 
 
-def _minutes(session: Session, start: datetime, end: datetime, groups: list[str],
-             filters: dict[str, Any]) -> list[tuple]:
-    if start >= end:
+def _cover(session: Session, since: datetime, until: datetime, groups: list[str],
+           filters: dict[str, Any], levels) -> list[tuple]:
+    if since >= until:
         return []
-    where = and_(Usage.bucket_start >= start, Usage.bucket_start < end, *_filters(Usage, filters))
-    return _grouped(session, Usage, Usage.bucket_start, where, groups)
+    if not levels:
+        where = and_(Usage.bucket_start >= since, Usage.bucket_start < until,
+                     *_filters(Usage, filters))
+        return _grouped(session, Usage, Usage.bucket_start, where, groups)
+    (table, width), finer = levels[0], levels[1:]
+    first = floor_to(since, width)
+    first = first if first == since else first + width
+    last = floor_to(until, width)
+    if first >= last:  # no whole unit inside: all of it from finer tables
+        return _cover(session, since, until, groups, filters, finer)
+    where = and_(table.start >= first, table.start < last, *_filters(table, filters))
+    # Each end on its own: one index range scan apiece (an OR of the two would scan it all).
+    return (_grouped(session, table, table.start, where, groups)
+            + _cover(session, since, first, groups, filters, finer)
+            + _cover(session, last, until, groups, filters, finer))
 
 
 def _filters(table, filters: dict[str, Any]) -> list:

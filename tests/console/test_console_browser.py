@@ -98,6 +98,7 @@ def test_console_is_served_with_a_strict_csp_and_no_secrets(stack):
 def test_admin_creates_team_and_key_and_copies_the_secret(stack, page: Page, artifacts):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if "Refused to" in m.text else None)  # CSP
     sign_in(page, stack["base"], stack["key"])
     assert nav_labels(page) == ["Overview", "Keys", "Teams", "Models", "Rollouts", "Usage",
                                 "Requests", "Playground", "Audit log"]
@@ -182,7 +183,8 @@ def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
     page.get_by_label("Group by").select_option("key")
     page.get_by_role("button", name="Show").click()
     usage = page.get_by_role("table", name="Usage by key")
-    row = usage.locator("tbody tr").filter(has=page.locator(f"td[data-col=key_id]:text-is('{key_id}')"))
+    row = usage.locator("tbody tr").filter(
+        has=page.locator(f"td[data-col=key_id]:text-is('{key_id}')"))
     expect(row.locator("td[data-col=requests]")).to_have_text("1")
     assert float(row.locator("td[data-col=cost]").inner_text()) > 0
     with page.expect_download() as download:
@@ -191,6 +193,12 @@ def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
     assert csv[0] == "key_id,requests,errors,prompt_tokens,completion_tokens,cost"
     assert any(line.startswith(f"{key_id},1,0,") for line in csv[1:])
     shot(page, artifacts, "07-usage")
+    # A refused query shows the API's message and no stale rows from the previous answer.
+    page.get_by_label("From").fill("2026-12-31")
+    page.get_by_label("To (exclusive)").fill("2026-01-01")
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_role("alert")).to_contain_text("since must be before until")
+    expect(page.get_by_role("table", name="Usage by key")).to_have_count(0)
 
     open_page(page, "Overview")
     expect(page.locator(".stat").first).not_to_contain_text("0requests")
@@ -224,6 +232,11 @@ def test_canary_against_a_failing_candidate_rolls_back(stack, page: Page, artifa
     assert alias["version"] == "v1"
 
 
+def chat_status(stack, secret: str) -> int:
+    return httpx.post(stack["base"] + "/v1/chat/completions", headers={
+        "Authorization": f"Bearer {secret}"}, json={"model": MODEL, "messages": []}).status_code
+
+
 def send_until(stack, stop: threading.Event) -> None:
     with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {stack['key']}"}) as c:
         while not stop.is_set():
@@ -237,12 +250,22 @@ def test_admin_revokes_the_key_and_finds_it_in_the_audit_log(stack, page: Page, 
     sign_in(page, stack["base"], stack["key"])
     open_page(page, "Keys")
     row = page.get_by_role("row").filter(has_text="alice")
+    row.get_by_role("button", name="Edit").click()
+    form = page.get_by_role("form", name="Save key")
+    form.get_by_label("Requests / min").fill("30")
+    form.get_by_role("button", name="Save key").click()
+    expect(row.locator("td[data-col=limits]")).to_contain_text("30 rpm")
+    row.get_by_role("button", name="Rotate").click()
+    row.get_by_role("button", name="Confirm rotate").click()
+    rotated = page.get_by_test_id("secret").inner_text()
+    assert rotated.startswith("ip-") and rotated != secret
+    page.get_by_role("button", name="Done").click()
+    assert chat_status(stack, secret) == 401  # the old secret stops working at once
+    secret = rotated
     row.get_by_role("button", name="Revoke").click()
     row.get_by_role("button", name="Confirm revoke").click()
     expect(page.get_by_role("row").filter(has_text="alice")).to_have_count(0)
-    refused = httpx.post(stack["base"] + "/v1/chat/completions", headers={
-        "Authorization": f"Bearer {secret}"}, json={"model": MODEL, "messages": []})
-    assert refused.status_code == 401
+    assert chat_status(stack, secret) == 401
     open_page(page, "Audit log")
     page.get_by_label("Action").fill("revoke")
     page.get_by_role("button", name="Search").click()

@@ -10,7 +10,7 @@ import pytest
 from control_plane.usage_sink import sql_usage_writer
 from gateway.usage_record import UsageRecord
 from registry import queries as q
-from registry.usage_rollup import UsageHourly, rebuild_hourly
+from registry.usage_rollup import UsageDaily, UsageHourly, rebuild_rollups
 
 # Two days ago at 10:00 UTC: inside the request log's retention, and on a day boundary we know.
 DAY0 = (datetime.now(timezone.utc) - timedelta(days=2)).replace(hour=0, minute=0, second=0,
@@ -83,16 +83,17 @@ async def test_ragged_ranges_read_minute_buckets_at_the_ends(fed):
     assert narrow.json()["totals"]["requests"] == 1 and narrow.json()["totals"]["cost"] == 0.25
 
 
-async def test_rollup_matches_a_rebuild_from_minute_buckets(fed):
-    with fed.sessions() as s:
-        written = sorted((r.hour_start.replace(tzinfo=None), r.model, r.requests, r.cost)
-                         for r in s.query(UsageHourly))
+async def test_rollups_match_a_rebuild_from_minute_buckets(fed):
+    def rows():
+        with fed.sessions() as s:
+            return {t.__tablename__: sorted((r.start.replace(tzinfo=None), r.key_id or 0, r.model,
+                                             r.requests, r.cost) for r in s.query(t))
+                    for t in (UsageHourly, UsageDaily)}
+    written = rows()
     with fed.sessions.begin() as s:
-        assert rebuild_hourly(s) == len(written) == 4
-    with fed.sessions() as s:
-        rebuilt = sorted((r.hour_start.replace(tzinfo=None), r.model, r.requests, r.cost)
-                         for r in s.query(UsageHourly))
-    assert rebuilt == written
+        assert rebuild_rollups(s) == {"usage_hourly": 4, "usage_daily": 3}
+    assert rows() == written
+    assert [r[0].hour for r in written["usage_daily"]] == [0, 0, 0]
 
 
 @pytest.mark.parametrize("params, param", [
@@ -141,3 +142,28 @@ async def test_backend_status_needs_a_gateway_in_the_process(env):
     r = await get(env, "/admin/v1/backend-status")
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_gateway"
     assert (await get(env, "/admin/v1/backend-status", role="user")).status_code == 403
+
+
+def test_hours_and_days_are_utc_whatever_the_session_time_zone(pg_url):
+    """India is UTC+5:30: a local-time hour or day would land half an hour or a day off."""
+    from control_plane.admin.usage import usage_report
+    from registry.db import make_session_factory
+    from registry.migrate import upgrade
+    from registry.models import Usage
+
+    upgrade(pg_url, progress=None)
+    sessions = make_session_factory(pg_url, connect_args={"options": "-c timezone=Asia/Kolkata"})
+    late = datetime(2026, 11, 3, 23, 50, tzinfo=timezone.utc)
+    with sessions.begin() as s:
+        s.add(Usage(bucket_start=late, key_id=None, team="t", model="m", requests=2, errors=0,
+                    prompt_tokens=1, completion_tokens=1, cached_tokens=0, cost=0.0))
+        s.flush()
+        rebuild_rollups(s)
+    with sessions() as s:
+        hour = s.query(UsageHourly).one().start
+        day = s.query(UsageDaily).one().start
+        report = usage_report(s, late - timedelta(days=1), late + timedelta(days=1), ["day"], {})
+    sessions.kw["bind"].dispose()
+    assert hour == datetime(2026, 11, 3, 23, 0, tzinfo=timezone.utc)
+    assert day == datetime(2026, 11, 3, tzinfo=timezone.utc)
+    assert [(d["day"], d["requests"]) for d in report["data"]] == [("2026-11-03", 2)]

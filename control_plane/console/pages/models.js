@@ -62,6 +62,7 @@ function ModelDetail({ model, names, reload }) {
   const [state, again] = useLoad(async () => ({
     versions: await apiAll(`/admin/v1/models/${model.name}/versions`),
     aliases: await apiAll(`/admin/v1/models/${model.name}/aliases`),
+    adapters: await apiAll(`/admin/v1/models/${model.name}/adapters`),
     backends: await apiAll("/admin/v1/backends", { model: model.name }),
     live: Object.fromEntries((await api("/admin/v1/backend-status")).data.map((b) => [b.id, b])),
   }), [model.name]);
@@ -79,7 +80,7 @@ function ModelDetail({ model, names, reload }) {
     { key: "actions", render: (b) => html`<${Action} label="Remove" kind="danger" confirm
       run=${() => api(`/admin/v1/backends/${b.id}`, { method: "DELETE" }).then(again)} />` },
   ];
-  return html`<${Loaded} state=${state}>${({ versions, aliases, backends, live }) => html`
+  return html`<${Loaded} state=${state}>${({ versions, aliases, adapters, backends, live }) => html`
     <section class="card"><h2>Prices</h2><${Prices} model=${model} reload=${refresh} /></section>
     <section class="card"><h2>Versions</h2><${Table} label="Versions" rows=${versions}
       cols=${[{ key: "version" }, { key: "kind" }, { key: "status" }, { key: "engine" }, { key: "source_uri", label: "source" }, { key: "created_at", render: (v) => when(v.created_at) }]} /></section>
@@ -88,6 +89,8 @@ function ModelDetail({ model, names, reload }) {
         onClick=${async () => setHistory({ alias: a.name, rows: (await api(`/admin/v1/models/${model.name}/aliases/${a.name}/history`)).data })}>History</button>` }]} />
       ${history ? html`<h3>History of ${history.alias}</h3><${Table} label="Alias history" rows=${history.rows}
         cols=${[{ key: "at", render: (h) => when(h.at) }, { key: "old_version", label: "from" }, { key: "new_version", label: "to" }, { key: "actor" }]} />` : null}</section>
+    <section class="card"><h2>Adapters</h2><${Table} label="Adapters" rows=${adapters} empty="No LoRA adapters."
+      cols=${[{ key: "name" }, { key: "base_version", label: "base version" }, { key: "rank" }, { key: "source_uri", label: "source" }]} /></section>
     <section class="card"><h2>Backends</h2><${Table} label="Backends" cols=${backendCols} rows=${backends.map((b) => ({ ...b, live: live[String(b.id)] }))} />
       <h3>Add a backend</h3><${AddBackend} model=${model.name} versions=${versions} reload=${again} /></section>`}<//>`;
 }

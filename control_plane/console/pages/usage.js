@@ -44,8 +44,8 @@ export function Usage() {
       const { data, groups } = daySeries(daily.data, by, query.metric);
       const cols = [by, ...METRICS];
       return html`
-        <p data-testid="usage-totals">Total: ${daily.totals.requests} requests, ${daily.totals.errors} errors,
-          ${daily.totals.prompt_tokens + daily.totals.completion_tokens} tokens, $${daily.totals.cost.toFixed(6)}</p>
+        <p data-testid="usage-totals">${`Total: ${daily.totals.requests} requests, ${daily.totals.errors} errors, ${
+          daily.totals.prompt_tokens + daily.totals.completion_tokens} tokens, $${daily.totals.cost.toFixed(6)}`}</p>
         <${Chart} title=${`${query.metric} per day by ${query.by}`} data=${data}
           pad=${86400} series=${groups.map((g, i) => ({ label: g, stroke: COLOURS[i] }))} />
         <p><button type="button" onClick=${() => downloadCsv(`usage-by-${query.by}.csv`, cols, table.data)}>Export CSV</button>
