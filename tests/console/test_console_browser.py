@@ -232,6 +232,29 @@ def test_canary_against_a_failing_candidate_rolls_back(stack, page: Page, artifa
     assert alias["version"] == "v1"
 
 
+def test_operator_pauses_resumes_and_aborts_a_rollout(stack, page: Page, artifacts):
+    sign_in(page, stack["base"], stack["key"])
+    open_page(page, "Rollouts")
+    page.get_by_role("button", name="New rollout").click()
+    form = page.get_by_role("form", name="Start a rollout")
+    form.get_by_label("Model").select_option(CANARY)
+    form.get_by_label("Candidate version").fill("v2")
+    form.get_by_label("Steps").fill("0.2:3600")
+    form.get_by_label("Max error rate").fill("")  # no limits: steps advance on time alone
+    form.get_by_role("button", name="Start rollout").click()
+    state = page.get_by_test_id("rollout-state")
+    expect(state).to_have_text("progressing", timeout=30_000)
+    for action, phase in (("Pause", "paused"), ("Resume", "progressing")):
+        page.get_by_role("button", name=action, exact=True).click()
+        expect(state).to_have_text(phase)
+    page.get_by_role("button", name="Abort", exact=True).click()
+    page.get_by_role("button", name="Confirm abort").click()
+    expect(state).to_have_text("rolled_back", timeout=30_000)
+    events = page.get_by_role("table", name="Rollout events")
+    for kind in ("paused", "progressing", "aborting", "rolled_back"):
+        expect(events).to_contain_text(kind)
+
+
 def chat_status(stack, secret: str) -> int:
     return httpx.post(stack["base"] + "/v1/chat/completions", headers={
         "Authorization": f"Bearer {secret}"}, json={"model": MODEL, "messages": []}).status_code

@@ -5,7 +5,7 @@ import { Action, COLOURS, Chart, ErrorNote, Field, Loaded, Table, fmt, html, use
 
 const ACTIONS = {  // which buttons make sense in which phase (the API checks again)
   promote: ["pending", "progressing", "paused"], pause: ["pending", "progressing"],
-  resume: ["paused"], abort: ["pending", "progressing", "paused", "promoting"],
+  resume: ["paused"], abort: ["pending", "progressing", "paused"],
 };
 
 export function parseSteps(text) {
@@ -27,10 +27,11 @@ function StartForm({ models, started }) {
       failure_limit: Number(form.failure_limit) };
     if (form.max_error_rate !== "") analysis.max_error_rate = Number(form.max_error_rate);
     if (form.max_p95_latency_ratio !== "") analysis.max_p95_latency_ratio = Number(form.max_p95_latency_ratio);
+    const checked = "max_error_rate" in analysis || "max_p95_latency_ratio" in analysis;
     try {
       const made = await api("/admin/v1/rollouts", { method: "POST", body: {
         model: form.model, alias: form.alias, candidate_version: form.candidate_version,
-        strategy: form.strategy, steps: parseSteps(form.steps), analysis } });
+        strategy: form.strategy, steps: parseSteps(form.steps), analysis: checked ? analysis : null } });
       started(made.id);
     } catch (err) { setError(err); }
   };
@@ -42,7 +43,7 @@ function StartForm({ models, started }) {
     <${Field} label="Steps" name="steps" form=${form} set=${set} hint="weight:pause_s, comma-separated" />
     <${Field} label="Analysis interval (s)" name="interval_s" type="number" form=${form} set=${set} />
     <${Field} label="Minimum requests" name="min_requests" type="number" form=${form} set=${set} />
-    <${Field} label="Max error rate" name="max_error_rate" type="number" form=${form} set=${set} hint="fraction, e.g. 0.05" />
+    <${Field} label="Max error rate" name="max_error_rate" type="number" form=${form} set=${set} hint="fraction, e.g. 0.05; no limits: no analysis" />
     <${Field} label="Max p95 latency ratio" name="max_p95_latency_ratio" type="number" form=${form} set=${set} />
     <${Field} label="Failures tolerated" name="failure_limit" type="number" form=${form} set=${set} />
     <div class="field"><button type="submit">Start rollout</button></div>
