@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -63,12 +64,19 @@ class Cluster:
         self.planes.append(plane)
         return plane
 
-    def add_standby(self, name: str) -> None:
-        plane = self.start_plane(name)
-        deadline = time.monotonic() + 60
-        while "standby" not in plane.log.read_text():
-            assert plane.proc.poll() is None and time.monotonic() < deadline, \
-                plane.log.read_text()[-2000:]
+    def settle(self, timeout: float = 120.0) -> None:
+        """Wait until one control plane answers and every other stands by; leader first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for plane in self.planes:
+                assert plane.proc.poll() is None, plane.log.read_text()[-2000:]
+            leading = [p for p in self.planes if answers(p.url)]
+            waiting = [p for p in self.planes
+                       if p not in leading and "standby" in p.log.read_text()]
+            if len(leading) == 1 and len(waiting) == len(self.planes) - 1:
+                self.planes = leading + waiting
+                return
+            assert time.monotonic() < deadline, [p.log.read_text()[-500:] for p in self.planes]
             time.sleep(0.2)
 
     def kill_leader(self) -> float:
@@ -90,6 +98,13 @@ def database():
         drop_pg_database(name)
 
 
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/openapi.json", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, database):
     work = tmp_path_factory.mktemp("failover")
@@ -104,17 +119,17 @@ def cluster(tmp_path_factory, database):
                                           engines), engines)
     procs = cluster.procs
     try:
-        leader = cluster.start_plane("first")
+        for name in ("first", "second"):  # both at once: whichever locks first leads
+            cluster.start_plane(name)
         for name in ("sim-a", "sim-b"):
             procs.append(start_process(simulated_engine_args(engines[name].port, name),
                                        log_path=work / f"{name}.log"))
         procs.append(start_process(["-m", "tests.e2e_rollouts.flaky_engine", "--port",
                                     str(engines["half"].port), "--name", "half",
                                     "--fail-ratio", "0.5"], log_path=work / "half.log"))
-        wait_http(leader.url + "/openapi.json", leader.proc, timeout=120)  # migrated
+        cluster.settle()  # the leader answers: the database is migrated
         procs.append(start_process(["-m", "control_plane", "gateway", "--config", str(config),
                                     "--port", str(gateway_port)], log_path=work / "gw.log"))
-        cluster.add_standby("second")
         wait_http(cluster.gateway.base + "/healthz", procs[-1], timeout=120)
         for engine, proc in zip(engines.values(), procs):
             wait_http(engine.url + "/models", proc, timeout=120)
@@ -163,9 +178,12 @@ class Failover:
 
 
 def rollout_with_failover(cluster: Cluster, model: str, v2_engine: str, steps: list[dict],
-                          kill_when, standby: str) -> Failover:
+                          kill_when) -> Failover:
     """Under live traffic, start a canary of v2, SIGKILL the leader once `kill_when(rollout)`
-    holds, follow the rollout on the new leader to its end; then start a fresh standby."""
+    holds, follow the rollout on the new leader to its end."""
+    if len(cluster.planes) < 2:  # the last failover used up the standby
+        cluster.start_plane(f"standby-{model}")
+        cluster.settle()
     cluster.admin.register(model, v1="sim-a", v2=v2_engine)
     wait_for_route(cluster, model)
     with Traffic(cluster.gateway, model) as traffic:
@@ -176,7 +194,6 @@ def rollout_with_failover(cluster: Cluster, model: str, v2_engine: str, steps: l
         killed_at = time.time()
         takeover_s = cluster.kill_leader()
         rollout = wait_for(cluster, rid, lambda r: r["state"] in ("succeeded", "rolled_back"))
-    cluster.add_standby(standby)
     assert takeover_s < TAKEOVER_S
     return Failover(rollout, traffic, killed_at, takeover_s)
 
@@ -190,7 +207,7 @@ def test_standby_resumes_a_healthy_canary_and_promotes_it(cluster):
     run = rollout_with_failover(
         cluster, "resume-good", "sim-b",
         [{"weight": 0.3, "pause_s": 3}, {"weight": 0.6, "pause_s": 1}],
-        lambda r: any(m["result"]["verdict"] == "pass" for m in r["measurements"]), "third")
+        lambda r: any(m["result"]["verdict"] == "pass" for m in r["measurements"]))
     rollout = run.rollout
     assert rollout["state"] == "succeeded", rollout["reason"]
     # Resumed, not restarted: one pending, each step entered once, in order.
@@ -206,7 +223,7 @@ def test_standby_resumes_a_healthy_canary_and_promotes_it(cluster):
 def test_standby_resumes_a_failing_canary_and_rolls_it_back(cluster):
     # Killed as soon as the canary serves, before any measurement.
     run = rollout_with_failover(cluster, "resume-bad", "half", [{"weight": 0.5, "pause_s": 30}],
-                                lambda r: True, "fourth")
+                                lambda r: True)
     rollout = run.rollout
     assert rollout["state"] == "rolled_back", rollout["reason"]
     assert kinds(rollout) == ["pending", "progressing", "aborting", "rolled_back"]
