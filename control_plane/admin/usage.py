@@ -1,5 +1,5 @@
 """/admin/v1/usage: requests, errors, tokens and spend over a time range, grouped by any of
-team, key, model and day (UTC).
+team, key, model and day or hour (UTC).
 
     GET /admin/v1/usage?group_by=team,day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z
 
@@ -28,10 +28,12 @@ from registry.usage_rollup import ROLLUPS, floor_to
 
 from .common import AdminContext, operator
 
-GROUPS = ("team", "key", "model", "day")
+GROUPS = ("team", "key", "model", "day", "hour")
+TIME_GROUPS = ("day", "hour")  # one time bucket at most: an hour already names its day
 # what parse_group_by accepts, for the schema: each field at most once, in any order
 GROUP_BY = ["", *(",".join(p) for n in range(1, len(GROUPS) + 1)
-                  for p in itertools.permutations(GROUPS, n))]
+                  for p in itertools.permutations(GROUPS, n)
+                  if len(set(p) & set(TIME_GROUPS)) < 2)]
 MAX_RANGE = timedelta(days=400)
 DEFAULT_RANGE = timedelta(days=30)
 
@@ -41,6 +43,7 @@ class UsageRow(BaseModel):
     key_id: int | None = None
     model: str | None = None
     day: str | None = None
+    hour: str | None = None
     requests: int
     errors: int
     prompt_tokens: int
@@ -61,9 +64,10 @@ class UsageReport(BaseModel):
 def parse_group_by(raw: str) -> list[str]:
     fields = [f.strip() for f in raw.split(",") if f.strip()]
     bad = [f for f in fields if f not in GROUPS]
-    if bad or len(set(fields)) != len(fields):
+    if bad or len(set(fields)) != len(fields) or len(set(fields) & set(TIME_GROUPS)) > 1:
         raise OpenAIError(400, f"group_by takes distinct comma-separated fields from "
-                          f"{', '.join(GROUPS)}; got {raw!r}", param="group_by",
+                          f"{', '.join(GROUPS)} (day or hour, not both); got {raw!r}",
+                          param="group_by",
                           code="invalid_value")
     return fields
 
@@ -83,6 +87,12 @@ def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime
     return since, until
 
 
+def _hour(column, dialect: str):
+    if dialect == "sqlite":
+        return func.substr(column, 1, 13).op("||")(":00")
+    return func.to_char(func.timezone("UTC", column), "YYYY-MM-DD HH24:00")  # the UTC hour
+
+
 def _day(column, dialect: str):
     if dialect == "sqlite":
         return func.substr(column, 1, 10)  # SQLite stores "YYYY-MM-DD HH:MM:SS.ffffff"
@@ -92,7 +102,7 @@ def _day(column, dialect: str):
 def _grouped(session: Session, table, ts, where, groups: list[str]) -> list[tuple]:
     dialect = session.get_bind().dialect.name
     columns = {"team": table.team, "key": table.key_id, "model": table.model,
-               "day": _day(ts, dialect)}
+               "day": _day(ts, dialect), "hour": _hour(ts, dialect)}
     keys = [columns[g].label(g) for g in groups]
     sums = [func.coalesce(func.sum(getattr(table, f)), 0) for f in ADDITIVE]
     stmt = select(*keys, *sums).where(where)
@@ -105,7 +115,8 @@ def usage_report(session: Session, since: datetime, until: datetime, groups: lis
                  filters: dict[str, Any]) -> dict[str, Any]:
     """Sums per group over [since, until): whole days from the daily rollup, whole hours at
     the ends from the hourly one, the minutes left over from the per-minute buckets."""
-    return _merge(_cover(session, since, until, groups, filters, ROLLUPS), groups, since, until)
+    levels = ROLLUPS[1:] if "hour" in groups else ROLLUPS  # days cannot be split into hours
+    return _merge(_cover(session, since, until, groups, filters, levels), groups, since, until)
 
 
 def _cover(session: Session, since: datetime, until: datetime, groups: list[str],
@@ -164,8 +175,8 @@ def build_router(ctx: AdminContext) -> APIRouter:
                                                "too long"}})
     def get_usage(
         group_by: Annotated[str, Query(max_length=100, json_schema_extra={"enum": GROUP_BY},
-                                       description="comma-separated: team, key, model, day; "
-                                       "empty = totals only")] = "",
+                                       description="comma-separated: team, key, model, and "
+                                       "day or hour (UTC); empty = totals only")] = "",
         since: Annotated[datetime | None, Query(description="start (inclusive, ISO 8601); "
                                                  "default: 30 days before until")] = None,
         until: Annotated[datetime | None, Query(description="end (exclusive); default: now")]

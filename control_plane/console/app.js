@@ -39,7 +39,7 @@ function SignIn({ onSignedIn }) {
   };
   return html`<main class="signin"><form onSubmit=${submit} aria-labelledby="signin-title">
     <h1 id="signin-title">Sign in to Inferplane</h1>
-    <div class="field"><label for="signin-key">API key</label>
+    <div class="field"><label for="signin-key">API key or JWT</label>
       <input id="signin-key" type="password" autocomplete="off" required value=${key}
         onInput=${(e) => setKey(e.target.value)} placeholder="ip-…" /></div>
     <button type="submit">Sign in</button>

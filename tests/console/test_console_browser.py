@@ -201,7 +201,8 @@ def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
     expect(page.get_by_role("table", name="Usage by key")).to_have_count(0)
 
     open_page(page, "Overview")
-    expect(page.locator(".stat").first).not_to_contain_text("0requests")
+    expect(page.locator(".stat-value").first).not_to_have_text("0")  # requests in 14 days
+    expect(page.get_by_label("Requests and errors per hour (24 hours)")).to_be_visible()
     shot(page, artifacts, "01-overview")
 
 
@@ -223,7 +224,7 @@ def test_canary_against_a_failing_candidate_rolls_back(stack, page: Page, artifa
         form.get_by_role("button", name="Start rollout").click()
         expect(page.get_by_test_id("rollout-state")).to_have_text("rolled_back", timeout=60_000)
         expect(page.get_by_role("table", name="Measurements")).to_contain_text("fail")
-        expect(page.locator("figure.chart")).to_have_count(3)
+        expect(page.locator("figure.chart")).to_have_count(3)  # error rate, p95 latency, TTFT
         shot(page, artifacts, "08-rollouts")
     finally:
         stop.set()

@@ -69,6 +69,14 @@ async def test_totals_and_groups_over_a_range(fed):
     assert {(d["team"], d["requests"]) for d in by_team} == {("red", 4), (None, 1)}
 
 
+async def test_hourly_groups_over_a_ragged_range(fed):
+    r = await get(fed, "/admin/v1/usage", group_by="hour,model", since=at(10.25),
+                  until=at(11, days=1))
+    hours = {(d["hour"], d["model"]): d["requests"] for d in r.json()["data"]}
+    stamp = lambda h, d=0: (DAY0 + timedelta(days=d, hours=h)).strftime("%Y-%m-%d %H:00")
+    assert hours == {(stamp(10), "m1"): 1, (stamp(11), "m1"): 1, (stamp(10, 1), "m2"): 2}
+
+
 async def test_ragged_ranges_read_minute_buckets_at_the_ends(fed):
     # 10:30..11:01 inclusive of the 10:30 and 11:01 buckets, exclusive of 10:00.
     r = await get(fed, "/admin/v1/usage", group_by="key", since=at(10.25),
@@ -98,6 +106,7 @@ async def test_rollups_match_a_rebuild_from_minute_buckets(fed):
 
 @pytest.mark.parametrize("params, param", [
     ({"group_by": "team,colour"}, "group_by"), ({"group_by": "team,team"}, "group_by"),
+    ({"group_by": "day,hour"}, "group_by"),
     ({"since": "2026-11-02T00:00:00Z", "until": "2026-11-01T00:00:00Z"}, "since"),  # reversed
     ({"since": "2020-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since"),
     ({"since": "yesterday"}, None), ({"key_id": "0"}, None),

@@ -44,15 +44,17 @@ function Stat({ label, value }) {
 export function Overview() {
   const [state] = useLoad(async () => {
     const range = defaultRange(14);
-    const [usage, recent, backends, rollouts, models] = await Promise.all([
+    const hourAgo = (h) => new Date(Math.floor(Date.now() / 3600e3 - h) * 3600e3).toISOString();
+    const [usage, hourly, recent, backends, rollouts, models] = await Promise.all([
       api("/admin/v1/usage", { query: { since: `${range.since}T00:00:00Z`, until: `${range.until}T00:00:00Z`, group_by: "model,day" } }),
+      api("/admin/v1/usage", { query: { since: hourAgo(23), until: hourAgo(-1), group_by: "hour" } }),
       api("/admin/v1/requests", { query: { limit: 500 } }), apiAll("/admin/v1/backends"),
       api("/admin/v1/rollouts", { query: { limit: 100 } }), apiAll("/admin/v1/models")]);
     const live = Object.fromEntries((await api("/admin/v1/backend-status")).data.map((b) => [b.id, b]));
-    return { usage, recent: recent.data, backends: backends.map((b) => ({ ...b, live: live[String(b.id)] })),
+    return { usage, hourly: hourly.data, recent: recent.data, backends: backends.map((b) => ({ ...b, live: live[String(b.id)] })),
       rollouts: rollouts.data, models };
   });
-  return html`<${Loaded} state=${state}>${({ usage, recent, backends, rollouts, models }) => {
+  return html`<${Loaded} state=${state}>${({ usage, hourly, recent, backends, rollouts, models }) => {
     const t = usage.totals;
     const names = Object.fromEntries(models.map((m) => [m.id, m.name]));
     const ms = (v) => (v === null ? "–" : `${Math.round(v)} ms`);
@@ -61,6 +63,9 @@ export function Overview() {
     for (const b of backends) byState[b.state] = (byState[b.state] || 0) + 1;
     const active = rollouts.filter((r) => ACTIVE.includes(r.state));
     const fired = alerts({ recent, backends, rollouts });
+    const hours = hourly.map((r) => Date.parse(`${r.hour.replace(" ", "T")}:00Z`) / 1000);
+    const traffic = { data: [hours, hourly.map((r) => r.requests), hourly.map((r) => r.errors)],
+      series: [{ label: "requests", stroke: COLOURS[0] }, { label: "errors", stroke: COLOURS[1] }] };
     const reqs = perModelDaily(usage.data, (r) => r.requests);
     const toks = perModelDaily(usage.data, (r) => r.prompt_tokens + r.completion_tokens);
     const spend = perModelDaily(usage.data, (r) => r.cost);
@@ -76,6 +81,7 @@ export function Overview() {
         <${Stat} label=${`TTFT p50 / p95 (last ${recent.length})`} value=${`${ms(percentile(ttft, 0.5))} / ${ms(percentile(ttft, 0.95))}`} />
       </div>
       <div class="charts">
+        <${Chart} title="Requests and errors per hour (24 hours)" pad=${3600} ...${traffic} />
         <${Chart} title="Requests per day by model" pad=${86400} ...${reqs} />
         <${Chart} title="Tokens per day by model" pad=${86400} ...${toks} />
         <${Chart} title="Spend (USD) per day by model" pad=${86400} ...${spend} />
