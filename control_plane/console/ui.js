@@ -54,9 +54,11 @@ export function Table({ cols, rows, label, empty = "Nothing here yet." }) {
   </table></div>`;
 }
 
+let fieldIds = 0;
+
 // A labelled input bound to form[name]; options turns it into a select.
 export function Field({ label, name, form, set, type = "text", options, required, placeholder, hint }) {
-  const id = `f-${name}`;
+  const id = useRef(`f-${name}-${++fieldIds}`).current;  // unique even when forms share names
   const values = (options || []).map((o) => (Array.isArray(o) ? o[0] : o));
   // A select shows its first option until one is picked; the form reads "" as that choice.
   const value = options && !values.includes(form[name] ?? "") ? values[0] : (form[name] ?? "");

@@ -38,27 +38,11 @@ def stack(tmp_path_factory):
         with running_up(work, config) as (base, key, _proc):
             admin = httpx.Client(base_url=base + "/admin/v1", timeout=30,
                                  headers={"Authorization": f"Bearer {key}"})
-            register_canary_model(admin, sim, flaky)
-            yield {"base": base, "key": key, "admin": admin, "state": {}}
+            yield {"base": base, "key": key, "admin": admin, "state": {}, "engines": {
+                "sim": f"http://127.0.0.1:{sim}/v1", "flaky": f"http://127.0.0.1:{flaky}/v1"}}
     finally:
         for proc in engines:
             stop_process(proc)
-
-
-def register_canary_model(admin: httpx.Client, sim: int, flaky: int) -> None:
-    """Setup through the REST API: a model whose v2 fails half its requests."""
-    for method, path, body in [
-            ("POST", "/models", {"name": CANARY}),
-            ("POST", f"/models/{CANARY}/versions", {"version": "v1"}),
-            ("POST", f"/models/{CANARY}/versions", {"version": "v2"}),
-            ("PUT", f"/models/{CANARY}/aliases/default", {"version": "v1"}),
-            ("POST", "/backends", {"model": CANARY, "version": "v1", "state": "ready",
-                                   "url": f"http://127.0.0.1:{sim}/v1", "served_model": "sim"}),
-            ("POST", "/backends", {"model": CANARY, "version": "v2", "state": "ready",
-                                   "url": f"http://127.0.0.1:{flaky}/v1",
-                                   "served_model": "flaky"})]:
-        r = admin.request(method, path, json=body)
-        assert r.status_code < 300, r.text
 
 
 def shot(page: Page, artifacts, name: str) -> None:
@@ -204,6 +188,34 @@ def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
     expect(page.locator(".stat-value").first).not_to_have_text("0")  # requests in 14 days
     expect(page.get_by_label("Requests and errors per hour (24 hours)")).to_be_visible()
     shot(page, artifacts, "01-overview")
+
+
+def test_operator_registers_a_model_with_two_versions_and_their_backends(stack, page: Page):
+    """canary-demo: v1 on a healthy engine, v2 on one that fails half its requests."""
+    sign_in(page, stack["base"], stack["key"])
+    open_page(page, "Models")
+    new = page.get_by_role("form", name="New model")
+    new.get_by_label("Model name").fill(CANARY)
+    new.get_by_role("button", name="New model").click()
+    expect(page.get_by_role("heading", name=CANARY)).to_be_visible()
+    for label in ("v1", "v2"):
+        form = page.get_by_role("form", name="Add version")
+        form.get_by_label("Version").fill(label)
+        form.get_by_role("button", name="Add version").click()
+        expect(page.get_by_role("table", name="Versions")).to_contain_text(label)
+    alias = page.get_by_role("form", name="Point alias")
+    alias.get_by_label("Alias version").select_option("v1")
+    alias.get_by_role("button", name="Point alias").click()
+    expect(page.get_by_role("table", name="Aliases")).to_contain_text("default")
+    for version, engine in (("v1", "sim"), ("v2", "flaky")):
+        form = page.get_by_role("form", name="Add backend")
+        form.get_by_label("Backend URL").fill(stack["engines"][engine])
+        form.get_by_label("Served model name").fill(engine)
+        form.get_by_label("Version").select_option(version)
+        form.get_by_label("State").select_option("ready")
+        form.get_by_role("button", name="Add backend").click()
+        expect(page.get_by_role("table", name="Backends")).to_contain_text(stack["engines"][engine])
+    assert stack["admin"].get(f"/models/{CANARY}/aliases/default").json()["version"] == "v1"
 
 
 def test_canary_against_a_failing_candidate_rolls_back(stack, page: Page, artifacts):

@@ -19,8 +19,22 @@ function Prices({ model, reload }) {
     <div class="field"><button type="submit">Save prices</button></div><${ErrorNote} error=${error} /></form>`;
 }
 
+// A one-row form: fields [{name, label, options?}], submit(body) then reset.
+function QuickForm({ label, fields, submit, initial = {} }) {
+  const blank = Object.fromEntries(fields.map((f) => [f.name, initial[f.name] ?? ""]));
+  const [form, set] = useState(blank);
+  const [error, setError] = useState(null);
+  const onSubmit = async (e) => {
+    e.preventDefault(); setError(null);
+    try { await submit(cleaned(form)); set(blank); } catch (err) { setError(err); }
+  };
+  return html`<form class="grid" onSubmit=${onSubmit} aria-label=${label}>
+    ${fields.map((f) => html`<${Field} label=${f.label} name=${f.name} form=${form} set=${set} options=${f.options} required=${f.required} />`)}
+    <div class="field"><button type="submit">${label}</button></div><${ErrorNote} error=${error} /></form>`;
+}
+
 function AddBackend({ model, versions, reload }) {
-  const blank = { url: "", engine: "openai", version: "", weight: "1", tier: "hot", state: "starting", gpu_type: "" };
+  const blank = { url: "", served_model: "", engine: "openai", version: "", weight: "1", tier: "hot", state: "starting", gpu_type: "" };
   const [form, set] = useState(blank);
   const [error, setError] = useState(null);
   const add = async (e) => {
@@ -32,6 +46,7 @@ function AddBackend({ model, versions, reload }) {
   };
   return html`<form class="grid" onSubmit=${add} aria-label="Add backend">
     <${Field} label="Backend URL" name="url" form=${form} set=${set} required placeholder="http://10.0.0.5:8000/v1" />
+    <${Field} label="Served model name" name="served_model" form=${form} set=${set} placeholder="as the engine names it" />
     <${Field} label="Engine" name="engine" form=${form} set=${set} options=${["openai", "builtin", "vllm", "sglang", "tgi", "llamacpp"]} />
     <${Field} label="Version" name="version" form=${form} set=${set} options=${[["", "none"], ...versions.map((v) => v.version)]} />
     <${Field} label="Weight" name="weight" type="number" form=${form} set=${set} />
@@ -83,12 +98,17 @@ function ModelDetail({ model, names, reload }) {
   return html`<${Loaded} state=${state}>${({ versions, aliases, adapters, backends, live }) => html`
     <section class="card"><h2>Prices</h2><${Prices} model=${model} reload=${refresh} /></section>
     <section class="card"><h2>Versions</h2><${Table} label="Versions" rows=${versions}
-      cols=${[{ key: "version" }, { key: "kind" }, { key: "status" }, { key: "engine" }, { key: "source_uri", label: "source" }, { key: "created_at", render: (v) => when(v.created_at) }]} /></section>
+      cols=${[{ key: "version" }, { key: "kind" }, { key: "status" }, { key: "engine" }, { key: "source_uri", label: "source" }, { key: "created_at", render: (v) => when(v.created_at) }]} />
+      <${QuickForm} label="Add version" fields=${[{ name: "version", label: "Version", required: true }, { name: "source_uri", label: "Source URI" }]}
+        submit=${(b) => api(`/admin/v1/models/${model.name}/versions`, { method: "POST", body: b }).then(again)} /></section>
     <section class="card"><h2>Aliases</h2><${Table} label="Aliases" rows=${aliases}
       cols=${[{ key: "name", label: "alias" }, { key: "version" }, { key: "history", render: (a) => html`<button type="button"
         onClick=${async () => setHistory({ alias: a.name, rows: (await api(`/admin/v1/models/${model.name}/aliases/${a.name}/history`)).data })}>History</button>` }]} />
       ${history ? html`<h3>History of ${history.alias}</h3><${Table} label="Alias history" rows=${history.rows}
-        cols=${[{ key: "at", render: (h) => when(h.at) }, { key: "old_version", label: "from" }, { key: "new_version", label: "to" }, { key: "actor" }]} />` : null}</section>
+        cols=${[{ key: "at", render: (h) => when(h.at) }, { key: "old_version", label: "from" }, { key: "new_version", label: "to" }, { key: "actor" }]} />` : null}
+      ${versions.length ? html`<${QuickForm} label="Point alias" initial=${{ alias: "default" }}
+        fields=${[{ name: "alias", label: "Alias", required: true }, { name: "version", label: "Alias version", options: versions.map((v) => v.version) }]}
+        submit=${(b) => api(`/admin/v1/models/${model.name}/aliases/${b.alias}`, { method: "PUT", body: { version: b.version || versions[0].version } }).then(again)} />` : null}</section>
     <section class="card"><h2>Adapters</h2><${Table} label="Adapters" rows=${adapters} empty="No LoRA adapters."
       cols=${[{ key: "name" }, { key: "base_version", label: "base version" }, { key: "rank" }, { key: "source_uri", label: "source" }]} /></section>
     <section class="card"><h2>Backends</h2><${Table} label="Backends" cols=${backendCols} rows=${backends.map((b) => ({ ...b, live: live[String(b.id)] }))} />
@@ -109,6 +129,8 @@ export function Models() {
     const names = Object.fromEntries(models.map((m) => [m.id, m.name]));
     const chosen = models.find((m) => m.name === open);
     return html`<${Table} label="Models" cols=${cols} rows=${models} />
+      <${QuickForm} label="New model" fields=${[{ name: "name", label: "Model name", required: true }]}
+        submit=${async (b) => { await api("/admin/v1/models", { method: "POST", body: b }); reload(); setOpen(b.name); }} />
       ${chosen ? html`<h2>${chosen.name}</h2><${ModelDetail} model=${chosen} names=${names} reload=${reload} />` : html`<p class="muted">Choose a model to see its versions, aliases and backends.</p>`}`;
   }}<//>`;
 }
