@@ -90,7 +90,7 @@ class Stack:
                    if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
     def served(self, model: str, version: str) -> float:
-        return self.metric("inferplane_requests_total", model=model, version=version)
+        return self.served_by_version(model, (version,))[version]
 
     def served_by_version(self, model: str, versions=("v1", "v2", "none")) -> dict[str, float]:
         """Requests the gateway counted per version of `model`, from one scrape."""
