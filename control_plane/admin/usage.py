@@ -77,8 +77,13 @@ def utc(ts: datetime) -> datetime:
 
 
 def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
-    until = utc(until) if until else datetime.now(timezone.utc)
-    since = utc(since) if since else until - DEFAULT_RANGE
+    try:
+        until = utc(until) if until else datetime.now(timezone.utc)
+        since = utc(since) if since else until - DEFAULT_RANGE
+    except OverflowError:  # year 1 or 9999 moved past the calendar by the offset or range
+        raise OpenAIError(422, "since/until lie at the edge of the calendar (give both, "
+                          "within years 1-9999 in UTC)", param="until",
+                          code="invalid_value") from None
     if since >= until:
         raise OpenAIError(422, "since must be before until", param="since", code="invalid_value")
     if until - since > MAX_RANGE:

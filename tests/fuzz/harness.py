@@ -97,4 +97,6 @@ def _run(operation, mode, headers, examples, seconds, prepare, report: Report,
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         text = str(exc).strip().splitlines()
-        report.failures[f"{operation.label} [{mode.value}]"] = " | ".join(text[:12])
+        for sub in getattr(exc, "exceptions", ()):  # a flaky or grouped failure: its causes
+            text += str(sub).strip().splitlines()[:12]
+        report.failures[f"{operation.label} [{mode.value}]"] = " | ".join(text[:24])

@@ -8,7 +8,7 @@ capped to keep each case fast; everything else is sent as generated.
 """
 from __future__ import annotations
 
-import random
+import zlib
 
 MAX_FAKE_TOKENS = 8
 
@@ -21,15 +21,17 @@ def admin_guard(protected_key_id: int):
     return prepare
 
 
-def openai_target(model: str, share: float = 0.7, seed: int = 0):
-    rng = random.Random(seed)
+def openai_target(model: str, share: float = 0.7):
+    names = [model, f"{model}:prod", f"{model}:lora1"]
 
     def prepare(case) -> None:
         body = case.body
         if not isinstance(body, dict):
             return
-        if rng.random() < share:
-            body["model"] = rng.choice([model, f"{model}:prod", f"{model}:lora1"])
+        # the choice follows from the case, so a replayed case is sent exactly as before
+        draw = zlib.crc32(repr(sorted(body.items(), key=lambda kv: str(kv[0]))).encode())
+        if draw % 1000 < share * 1000:
+            body["model"] = names[draw % len(names)]
         for field in ("max_tokens", "max_completion_tokens", "min_tokens"):
             value = body.get(field)
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_FAKE_TOKENS:
