@@ -40,6 +40,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     p.add_argument("--long-prefill-token-threshold", type=int, default=d.long_prefill_token_threshold)
+    p.add_argument("--decode-prefill-budget", type=int, default=None,
+                   help="prefill tokens per step while requests decode (0 = no bound; "
+                        "default by device)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--preemption-mode", default=d.preemption_mode, choices=["recompute", "swap", "auto"])
     p.add_argument("--swap-space", type=float, default=d.swap_space_gib, help="GiB of CPU swap")
@@ -86,6 +89,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=not a.no_prefix_caching,
         max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
         long_prefill_token_threshold=a.long_prefill_token_threshold, max_model_len=a.max_model_len,
+        decode_prefill_budget=a.decode_prefill_budget,
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
         decode_graphs="off" if a.enforce_eager else a.decode_graphs,

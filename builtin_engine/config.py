@@ -24,10 +24,11 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 64
     long_prefill_token_threshold: int = 0  # 0 = no per-request cap beyond the budget
-    # While any running request decodes, prefill chunks of one step share at most this many
-    # tokens, so a long prompt arriving never stretches running streams' inter-token latency
-    # by more than a bounded factor (0 = the whole token budget).
-    decode_prefill_budget: int = 256
+    # While requests decode, one step's prefill chunks share at most max(this, 2 x the number
+    # of decoding requests) tokens, so a long prompt arriving stretches running streams'
+    # inter-token latency by a bounded factor (0 = the whole token budget; None = by device:
+    # a CPU step is compute-bound, every prompt token costs about what a decode row costs).
+    decode_prefill_budget: int | None = None
     max_model_len: int | None = None  # defaults to the model's context length
     preemption_mode: str = "auto"  # recompute | swap | auto
     swap_space_gib: float = 0.5
@@ -59,6 +60,8 @@ class EngineConfig:
         from .device_defaults import resolve_dtype
         if self.dtype == "auto":
             self.dtype, self.dtype_reason = resolve_dtype(self.dtype, self.device)
+        if self.decode_prefill_budget is None:
+            self.decode_prefill_budget = 16 if self.device.startswith("cpu") else 512
         if self.quantization not in (None, "int8"):
             raise ValueError(f"unknown quantization {self.quantization!r}; choose int8")
         if self.speculative_ngram < 0 or self.num_speculative_tokens < 1:

@@ -68,6 +68,7 @@ class ModelRunner:
         c = self.config
         spec = (f", n-gram speculation n={c.speculative_ngram} k={c.num_speculative_tokens}"
                 if c.speculative_ngram else "")
+        spec += f", {c.quantization} weights" if c.quantization else ""
         return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {self.model.ops.name}, "
                 f"decode graphs: {graphs}, KV cache {self.num_device_blocks} blocks of "
                 f"{self.block_size} tokens{spec}")

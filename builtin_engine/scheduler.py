@@ -121,10 +121,12 @@ class Scheduler:
         return out
 
     def _prefill_cap(self) -> int:
-        """Prefill tokens this step may take: bounded while some running request decodes."""
-        cap = self.config.decode_prefill_budget
-        if cap > 0 and any(r.num_tokens - r.num_computed_tokens == 1 for r in self.running):
-            return cap
+        """Prefill tokens this step may take: bounded while running requests decode, in
+        proportion to how many (a bigger decode step hides a bigger chunk)."""
+        floor = self.config.decode_prefill_budget
+        decoding = sum(1 for r in self.running if r.num_tokens - r.num_computed_tokens == 1)
+        if floor > 0 and decoding:
+            return max(floor, 2 * decoding)
         return self.config.max_num_batched_tokens
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:

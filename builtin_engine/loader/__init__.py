@@ -51,6 +51,7 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     import torch
 
     from ..models.llama import LlamaForCausalLM
+    from ..quantization import quantize_model
     from ..tokenizer import load_tokenizer
 
     dtype = torch_dtype(config.dtype)
@@ -66,6 +67,7 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
                              device=config.device, dtype=dtype)
     model.load_weights(_weights(source, llama_config, progress))
     model.eval()
+    quantize_model(model, getattr(config, "quantization", None))
     if progress is not None:
         progress("ready", 1.0)
     return LoadedModel(model=model, llama_config=llama_config, tokenizer=tokenizer,

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..kernels import get_ops
 from ..kernels.attention import AttentionMetadata
+from ..quantization import linear
 
 
 @dataclass
@@ -72,11 +73,11 @@ class LlamaDecoderLayer(nn.Module):
         return self._mlp(hidden, lora), residual
 
     def _mlp(self, hidden, lora):
-        gate_up = F.linear(hidden, self.gate_up_proj)
+        gate_up = linear(hidden, self.gate_up_proj)
         if lora is not None:
             lora.apply(self.index, "gate_up", hidden, gate_up)
         act = self.ops.silu_and_mul(gate_up)
-        out = F.linear(act, self.down_proj)
+        out = linear(act, self.down_proj)
         if lora is not None:
             lora.apply(self.index, "down", act, out)
         return out
@@ -84,7 +85,7 @@ class LlamaDecoderLayer(nn.Module):
     def _attention(self, positions, hidden, kv_cache, meta, cos_sin_cache, lora):
         cfg, ops = self.cfg, self.ops
         num_tokens = hidden.shape[0]
-        qkv = F.linear(hidden, self.qkv_proj)
+        qkv = linear(hidden, self.qkv_proj)
         if lora is not None:
             lora.apply(self.index, "qkv", hidden, qkv)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -96,7 +97,7 @@ class LlamaDecoderLayer(nn.Module):
         ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         attn = ops.paged_attention(q, k_cache, v_cache, meta, self.scale).reshape(
             num_tokens, self.q_size)
-        out = F.linear(attn, self.o_proj)
+        out = linear(attn, self.o_proj)
         if lora is not None:
             lora.apply(self.index, "o", attn, out)
         return out

@@ -1,0 +1,55 @@
+"""While requests decode, a step's prefill chunks share a bounded number of tokens, so a long
+prompt arriving cannot stall running streams; alone, a prompt takes the whole budget."""
+from __future__ import annotations
+
+from builtin_engine.sampling_params import SamplingParams
+
+from .conftest import random_prompts, sim_engine
+
+PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+
+
+def prefill_tokens_per_step(engine, streams, long_prompt):
+    for i, p in enumerate(streams):
+        engine.add_request(f"s{i}", p, PARAMS)
+    seen, sizes, outputs = set(), [], {}
+    while engine.has_unfinished():
+        out = engine.scheduler.schedule()
+        decoding = [s for s in out.scheduled if len(s.token_ids) == 1]
+        sizes.append((len(decoding), sum(len(s.token_ids) for s in out.scheduled
+                                         if len(s.token_ids) > 1)))
+        sampled = engine.executor.execute(out)
+        for o in engine.scheduler.update_from_output(out, sampled):
+            outputs.setdefault(o.request_id, []).extend(o.new_token_ids)
+            seen.add(o.request_id)
+        engine._finish_step([], 0)
+        if long_prompt is not None and len(seen) == len(streams):
+            engine.add_request("long", long_prompt, SamplingParams(max_tokens=2))
+            long_prompt = None
+    return sizes, outputs
+
+
+def test_prefill_is_bounded_while_streams_decode():
+    streams, (long_prompt,) = random_prompts(3, 8, 8, seed=1), random_prompts(1, 600, 600)
+    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16)
+    sizes, outputs = prefill_tokens_per_step(engine, streams, long_prompt)
+    with_decodes = [p for d, p in sizes if d > 0]
+    assert max(with_decodes) <= max(16, 2 * 3)
+    assert sum(1 for p in with_decodes if p == 16) > 10  # the long prompt went 16 at a time
+    plain = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=0)
+    plain_sizes, plain_outputs = prefill_tokens_per_step(plain, streams, long_prompt)
+    assert plain_outputs == outputs  # the chunking never changes tokens
+    assert max(p for d, p in plain_sizes if d > 0) == 512 - 3
+
+
+def test_cap_grows_with_the_decode_batch():
+    streams = random_prompts(20, 4, 4, seed=2)
+    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16, max_num_seqs=32)
+    sizes, _ = prefill_tokens_per_step(engine, streams, random_prompts(1, 300, 300)[0])
+    assert max(p for d, p in sizes if d == 20) == 40
+
+
+def test_alone_a_prompt_takes_the_whole_budget():
+    engine = sim_engine(max_num_batched_tokens=128, decode_prefill_budget=16)
+    sizes, _ = prefill_tokens_per_step(engine, random_prompts(1, 300, 300), None)
+    assert sizes[0] == (0, 128)
