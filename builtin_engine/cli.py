@@ -26,8 +26,6 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: bfloat16 on CPUs with native bf16 dot products, else float32")
     p.add_argument("--quantization", default=None, choices=["int8"],
                    help="weight-only int8 linear layers")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model step")
-    p.add_argument("--compile-cache-dir", default=None, help="inductor cache directory")
     p.add_argument("--speculative-ngram", type=int, default=0,
                    help="n-gram size for prompt-lookup speculative decoding (0 = off)")
     p.add_argument("--num-speculative-tokens", type=int, default=d.num_speculative_tokens)
@@ -93,8 +91,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
         decode_graphs="off" if a.enforce_eager else a.decode_graphs,
-        max_graph_batch=a.max_graph_batch, quantization=a.quantization, compile=a.compile,
-        compile_cache_dir=a.compile_cache_dir, speculative_ngram=a.speculative_ngram,
+        max_graph_batch=a.max_graph_batch, quantization=a.quantization,
+        speculative_ngram=a.speculative_ngram,
         num_speculative_tokens=a.num_speculative_tokens,
         sim_prefill_s_per_token=a.sim_prefill_s_per_token, sim_decode_base_s=a.sim_decode_base_s,
         sim_decode_s_per_seq=a.sim_decode_s_per_seq, sim_context_length=a.sim_context_length)

@@ -38,9 +38,6 @@ class EngineConfig:
     # decode CUDA graphs: auto (on CUDA with Triton attention) | off | static (no capture)
     decode_graphs: str = "auto"
     max_graph_batch: int = 256  # larger decode batches run eagerly
-    # torch.compile (inductor) of the model step; artifacts cached under compile_cache_dir
-    compile: bool = False
-    compile_cache_dir: str | None = None  # None = ~/.cache/inferplane/inductor
     quantization: str | None = None  # None | int8 (weight-only linear layers)
     # n-gram (prompt lookup) speculative decoding: 0 = off, else the n-gram size matched
     speculative_ngram: int = 0
