@@ -185,8 +185,9 @@ class RolloutController:
         if baseline is None or baseline.at < t.status_of(rollout)["step_started_at"]:
             self._baselines[rollout.id] = Baseline(scrape, now, now + analysis.interval_s)
             return True
-        if baseline.scrape is None and scrape is not None:  # metrics are back: start here
-            baseline.scrape, baseline.at = scrape, now
+        if baseline.scrape is None and scrape is not None:  # metrics are back: a full
+            baseline.scrape, baseline.at = scrape, now       # interval from here
+            baseline.due_at = now + analysis.interval_s
         if now < baseline.due_at:
             return True
         result = self._measure(session, rollout, baseline, scrape, now)

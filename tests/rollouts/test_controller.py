@@ -191,6 +191,25 @@ async def test_missing_metrics_count_as_inconclusive(sessions, clock, traffic):
     assert "no gateway metrics: gateway down" in r["reason"]
 
 
+async def test_metrics_back_after_an_outage_start_a_full_interval(sessions, clock, traffic):
+    source = FlakySource(RegistryMetricsSource(traffic.metrics.registry))
+    ctl = RolloutController(sessions, source, clock=clock)
+    rid = start(sessions, clock, steps=[{"weight": 0.1, "pause_s": 0}], analysis=ANALYSIS)
+    await ctl.tick()  # step 0
+    source.down = True
+    await ctl.tick()  # the interval begins without a baseline scrape
+    source.down = False
+    clock.advance(59)
+    await ctl.tick()  # metrics are back: the baseline of a full interval from here
+    clock.advance(1)
+    await ctl.tick()  # the outage's interval was due now: no 1-second measurement
+    assert view(sessions, rid)["measurements"] == []
+    await interval(ctl, clock, traffic)
+    r = view(sessions, rid)
+    assert [m["result"]["verdict"] for m in r["measurements"]] == ["pass"]
+    assert r["measurements"][0]["result"]["interval_s"] == 61  # since the metrics came back
+
+
 class FlakySource:
     def __init__(self, inner):
         self.inner, self.down = inner, False
