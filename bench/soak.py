@@ -10,7 +10,10 @@ before its answer). Halfway through, the backend (the fake engine, tests/gateway
 so the box's cores go to the gateway) is killed and restarted on the same port.
 
 Every `--sample-s` the gateway process is sampled: RSS and open descriptors from /proc, asyncio
-tasks and worst event-loop lag from its /metrics (inferplane_event_loop_*). Written to DIR
+tasks and worst event-loop lag from its /metrics (inferplane_event_loop_*). Traffic pauses
+after `--warmup-s` and at the end for a quiet sample each (nothing in flight, idle
+connections expired): growth is measured between those two, so requests in flight at the
+moment of a sample do not read as a leak. Written to DIR
 (default bench/results/soak-<time>/): soak.png (the four series over time), soak.md (table
 and verdict) and soak.json. Goals: RSS growth < 5% after warm-up, no growth in descriptors or
 tasks, no errors but the injected ones (the restart window, the disconnects).
@@ -39,6 +42,7 @@ from _soak_report import report  # noqa: E402
 MODEL = "soak"
 # Patterns of 20 requests: 9 streams, 9 plain, 1 stream dropped, 1 plain abandoned.
 KINDS = ["stream", "plain"] * 9 + ["stream_drop", "plain_drop"]
+REQUEST_TIMEOUT_S = 20.0
 
 
 @dataclass
@@ -92,7 +96,9 @@ def start_engine(port: int, logs: Path) -> subprocess.Popen:
 
 
 def start_gateway(work: Path, port: int, engine_port: int) -> tuple[subprocess.Popen, str]:
-    config = {"data_dir": str(work / "data"), "health_interval_s": 2,
+    # Health probes every 10 s: on a crowded box a probe slower than its 2 s timeout must not
+    # take the backend out between restarts (the gateway's breaker reacts to real failures).
+    config = {"data_dir": str(work / "data"), "health_interval_s": 10,
               "models": [{"name": MODEL, "engine": "openai", "context_length": 2048,
                           "price_in_per_1k": 1.0, "price_out_per_1k": 2.0, "backends": [
                               {"url": f"http://127.0.0.1:{engine_port}/v1",
@@ -134,6 +140,7 @@ class Soak:
         self.outcomes = Outcomes()
         self.samples: list[Sample] = []
         self.restart: dict[str, float] = {}
+        self.quiet: dict[str, dict] = {}      # samples with no traffic: the leak check
         self.engine: subprocess.Popen | None = None
         self.gateway: subprocess.Popen | None = None
         self.key = ""
@@ -153,18 +160,28 @@ class Soak:
         headers = {"Authorization": f"Bearer {self.key}"}
         started = time.monotonic() - t0
         try:
-            status = await self._send(client, kind, body, headers)
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                if kind == "plain_drop":
+                    # Its own client: a request cancelled mid-flight must not leave a
+                    # half-used connection in the shared pool.
+                    async with httpx.AsyncClient() as own:
+                        status = await self._send(own, kind, body, headers)
+                else:
+                    status = await self._send(client, kind, body, headers)
         except (httpx.HTTPError, OSError) as exc:
             status = f"{type(exc).__name__}: {exc}"
+        except TimeoutError:
+            status = f"no answer within {REQUEST_TIMEOUT_S:g}s"
         self._record(kind, status, started)
 
     async def _send(self, client, kind: str, body: dict, headers: dict) -> int | str:
         url = self.base + "/v1/chat/completions"
         if kind == "plain_drop":
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(0.03):
                     return (await client.post(url, json=body, headers=headers)).status_code
-            return "dropped"
+            except TimeoutError:
+                return "dropped"
         if kind == "plain":
             return (await client.post(url, json=body, headers=headers)).status_code
         async with client.stream("POST", url, json=body, headers=headers) as response:
@@ -194,13 +211,14 @@ class Soak:
         else:
             out.errors.append(f"t={started:.1f}s {kind}: {status}")
 
-    async def traffic(self, t0: float) -> None:
+    async def traffic(self, t0: float, first: int, last: int) -> None:
+        """Requests first..last-1 at the fixed rate from now, on a client closed afterwards."""
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        start = time.monotonic()
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
             pending: set[asyncio.Task] = set()
-            total = int(self.args.duration * self.args.rate)
-            for i in range(total):
-                delay = t0 + i / self.args.rate - time.monotonic()
+            for i in range(first, last):
+                delay = start + (i - first) / self.args.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 task = asyncio.create_task(self.one(client, i, t0))
@@ -209,15 +227,35 @@ class Soak:
                 self.outcomes.sent += 1
             await asyncio.gather(*pending)
 
+    async def take_sample(self, client: httpx.AsyncClient, t0: float) -> Sample:
+        tasks, lag = loop_metrics((await client.get(self.base + "/metrics")).text)
+        rss, fds = sample_process(self.gateway.pid)
+        return Sample(round(time.monotonic() - t0, 1), round(rss, 2), fds, tasks,
+                      round(lag * 1000, 2), self.outcomes.sent, len(self.outcomes.errors))
+
+    async def quiet_sample(self, t0: float) -> Sample:
+        """No request in flight, the client's connections closed, and the gateway's idle
+        upstream connections past their keep-alive: what is left is what it keeps."""
+        await asyncio.sleep(self.args.quiet_s)
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await self.take_sample(client, t0)
+
     async def sampler(self, t0: float) -> None:
         async with httpx.AsyncClient(timeout=10) as client:
             while True:
-                text = (await client.get(self.base + "/metrics")).text
-                tasks, lag = loop_metrics(text)
-                rss, fds = sample_process(self.gateway.pid)
-                self.samples.append(Sample(round(time.monotonic() - t0, 1), round(rss, 2), fds,
-                                           tasks, round(lag * 1000, 2), self.outcomes.sent,
-                                           len(self.outcomes.errors)))
+                try:
+                    self.samples.append(await self.take_sample(client, t0))
+                except httpx.HTTPError as exc:   # a scrape lost under load: the next one counts
+                    log(f"sample skipped: {exc!r}")
+                    await asyncio.sleep(self.args.sample_s)
+                    continue
+                rss, fds, tasks = (self.samples[-1].rss_mib, self.samples[-1].fds,
+                                   self.samples[-1].tasks)
+                if len(self.samples) % max(1, round(30 / self.args.sample_s)) == 1:
+                    o = self.outcomes
+                    log(f"t={self.samples[-1].t:.0f}s sent={o.sent} ok={o.ok} "
+                        f"dropped={o.dropped} injected={o.injected} errors={len(o.errors)} "
+                        f"rss={rss:.1f}MiB fds={fds} tasks={tasks:.0f}")
                 await asyncio.sleep(self.args.sample_s)
 
     async def restart_backend(self, t0: float) -> None:
@@ -235,8 +273,12 @@ class Soak:
         background = [asyncio.create_task(self.sampler(t0))]
         if self.args.restart_at > 0:
             background.append(asyncio.create_task(self.restart_backend(t0)))
-        await self.traffic(t0)
-        await asyncio.sleep(min(self.args.sample_s, 5))   # one sample after the last request
+        warm, total = (int(self.args.warmup_s * self.args.rate),
+                       int(self.args.duration * self.args.rate))
+        await self.traffic(t0, 0, warm)
+        self.quiet["after_warmup"] = asdict(await self.quiet_sample(t0))
+        await self.traffic(t0, warm, total)
+        self.quiet["end"] = asdict(await self.quiet_sample(t0))
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -253,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--warmup-s", type=float, default=60.0)
+    parser.add_argument("--quiet-s", type=float, default=35.0,
+                        help="pause after warm-up and at the end before the quiet samples "
+                             "(longer than the gateway's 30 s upstream keep-alive)")
     parser.add_argument("--restart-at", type=float, default=0.5,
                         help="restart the backend at this fraction of the run (0: never)")
     parser.add_argument("--out", type=Path, default=None, help="directory for png/md/json")
@@ -281,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                     if proc.poll() is None:
                         proc.kill()
     verdict = report(out, [asdict(s) for s in soak.samples], asdict(soak.outcomes),
-                     soak.restart, args, counted)
+                     soak.restart, soak.quiet, args, counted)
     path = write_result("soak", verdict, str(out / "soak.json"))
     print((out / "soak.md").read_text())
     print(f"plot: {out / 'soak.png'}\nresult: {path}")

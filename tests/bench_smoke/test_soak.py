@@ -13,7 +13,7 @@ def test_soak_smoke(tmp_path):
     out = tmp_path / "soak"
     proc = subprocess.run([sys.executable, "-m", "control_plane", "bench", "soak",
                            "--duration", "16", "--rate", "10", "--sample-s", "1",
-                           "--warmup-s", "3", "--restart-at", "0.2", "--out", str(out)],
+                           "--warmup-s", "3", "--restart-at", "0.2", "--quiet-s", "1", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
     result = json.loads((out / "soak.json").read_text())
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
@@ -24,6 +24,7 @@ def test_soak_smoke(tmp_path):
     checks = result["checks"]
     assert checks["no_uninjected_errors"] and checks["every_request_counted"], checks
     assert {"killed_at", "restarted_at", "recovered_at"} <= set(result["restart"])
+    assert result["quiet"]["end"]["t"] > result["quiet"]["after_warmup"]["t"] > 3
     assert len(result["samples"]) >= 10
     assert all(s["rss_mib"] > 10 and s["fds"] > 3 and s["tasks"] >= 1
                for s in result["samples"])
