@@ -18,9 +18,10 @@ from gateway.modalities import PART_MODALITY
 
 # Token counts the gateway accepts (and forwards); engines hold them in 32-bit integers.
 MAX_TOKENS = 2**31 - 1
-# The largest seed below 2**63 that a double holds exactly: JSON tools compare numbers as
-# doubles, and 2**63 - 1 would round up to 2**63 (so 2**63 + 191 would pass for valid).
-SEED_MAX = 2**63 - 1024
+# Seeds within I-JSON's interoperable integers (RFC 7493): JSON tools compare numbers as
+# doubles, so past 2**53 a bound like 2**63 - 1 admits values above it (2**63 + 191 rounds to
+# 2**63 - 1's double).
+SEED_MAX = 2**53 - 1
 
 
 def _integral(value):
@@ -71,7 +72,7 @@ class _Sampling(_Body):
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: Count | None = None
     stop: Stop = None
-    seed: Int(-(2**63), SEED_MAX) | None = None
+    seed: Int(-SEED_MAX, SEED_MAX) | None = None
     user: str | None = Field(None, max_length=1000)
     n: Int(1, 1) = Field(1, description="one choice per request: the gateway refuses "
                    "n > 1 (send n requests)")

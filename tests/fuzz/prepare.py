@@ -34,6 +34,7 @@ def openai_target(model: str, share: float = 0.7):
             body["model"] = names[draw % len(names)]
         for field in ("max_tokens", "max_completion_tokens", "min_tokens"):
             value = body.get(field)
-            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_FAKE_TOKENS:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value > MAX_FAKE_TOKENS:
                 body[field] = MAX_FAKE_TOKENS
     return prepare
