@@ -80,7 +80,10 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
-    return (f"{param}: {first.get('msg')}" if param else str(first.get("msg"))), param
+    message = str(first.get("msg")).replace("Value error, ", "")
+    if param and not message.startswith(param):  # a validator may name the place itself
+        message = f"{param}: {message}"
+    return message, param
 
 
 def _validation_status(exc: RequestValidationError) -> int:
@@ -114,7 +117,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
         message, param = _validation_message(exc)
         status = _validation_status(exc)
-        return OpenAIError(status, message.replace("Value error, ", ""), param=param,
+        return OpenAIError(status, message, param=param,
                            code="invalid_request" if status == 400 else "invalid_value"
                            ).response()
 

@@ -57,14 +57,15 @@ def build_router(ctx: AdminContext) -> APIRouter:
                 responses={403: {"description": "needs the operator role"}})
     def list_requests(
         model: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-        key_id: Annotated[int | None, Query(ge=1)] = None,
+        key_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
         team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
         status: Status | None = None,
         request_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
         since: Annotated[datetime | None, Query(description="only requests from then on")]
         = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-        cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the last page")]
+        cursor: Annotated[int | None, Query(ge=1, le=2**53 - 1,
+                                            description="next_cursor of the last page")]
         = None,
         _: Principal = Depends(operator),
     ):
