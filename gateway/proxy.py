@@ -339,12 +339,23 @@ async def _wait_disconnect(request: Request) -> None:
             return
 
 
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 async def _race_disconnect(request: Request, work):
     """Await `work`, abandoning (and so aborting upstream) if the client goes away first."""
     work_task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_wait_disconnect(request))
     try:
         await asyncio.wait((work_task, watch), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        # The handler itself was cancelled (server shutdown, the relay gave up): the upstream
+        # call must not outlive it, and its outcome is retrieved so nothing is left unread.
+        work_task.cancel()
+        work_task.add_done_callback(_retrieve)
+        raise
     finally:
         if not watch.done():
             watch.cancel()
