@@ -98,7 +98,7 @@ def report(result: dict, path: Path, plot: Path) -> None:
           f"{w['output_tokens']} output tokens, greedy, ignore_eos; {result['cpu_count']} CPUs "
           "(shared host: compare ratios)")
     best = max(r["output_tokens_per_s"] for r in rows.values())
-    print(f"| engine | output tok/s | vs best | TTFT p50 / p99 (s) | ITL p50 / p99 (ms) |")
+    print("| engine | output tok/s | vs best | TTFT p50 / p99 (s) | ITL p50 / p99 (ms) |")
     print("|---|---|---|---|---|")
     for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["output_tokens_per_s"]):
         tps = r["output_tokens_per_s"]

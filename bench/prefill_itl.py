@@ -24,7 +24,7 @@ GOAL = 3.0
 
 def stream_items(tok, n: int, tokens: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
-    return [c.text_tokens(tok, rng, 64) for _ in range(n)]
+    return [c.text_tokens(tok, rng, tokens) for _ in range(n)]
 
 
 def run(engine, streams: list[list[int]], long_prompts: list[list[int]], decode_tokens: int):

@@ -59,7 +59,7 @@ def test_greedy_text_identical_with_fewer_steps(loaded_fp32):
     assert 0 < accepted <= drafted
     assert sum(c._value.get() for c in m.per_pos) == accepted
     text = engine.metrics.exposition().decode()
-    assert f"vllm:spec_decode_num_accepted_tokens_total{{model_name=" in text
+    assert "vllm:spec_decode_num_accepted_tokens_total{model_name=" in text
     tok = loaded_fp32.tokenizer
     print("plain steps", plain_engine.num_steps, "spec steps", engine.num_steps,
           "acceptance", accepted / drafted, repr(tok.decode(spec["0"])))
