@@ -16,7 +16,7 @@ from gateway.auth import Principal
 from gateway.errors import OpenAIError
 from registry.models import AuditLog
 
-from .common import MAX_INT, MAX_PAGE, AdminContext, image, operator
+from .common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
 
 ADMIN_ONLY_RESOURCES = ("api_key", "team")  # the resources only admins may read
 Filter = Annotated[str | None, Query(max_length=300)]
@@ -45,12 +45,6 @@ def build_router(ctx: AdminContext) -> APIRouter:
                 stmt = stmt.where(column == value)
         if actor is not None:
             stmt = stmt.where(AuditLog.actor.contains(actor, autoescape=True))
-        if cursor is not None:
-            stmt = stmt.where(AuditLog.id < cursor)
-        with ctx.read() as session:
-            rows = session.scalars(stmt).all()
-        page, more = rows[:limit], len(rows) > limit
-        return {"object": "list", "data": [image(r) for r in page], "has_more": more,
-                "next_cursor": page[-1].id if more else None}
+        return cursor_page(ctx, stmt, AuditLog.id, cursor, limit)
 
     return router

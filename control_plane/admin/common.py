@@ -93,6 +93,23 @@ def image(row: Any, **extra: Any) -> dict[str, Any]:
     return data
 
 
+def cursor_page(ctx: AdminContext, stmt: Any, id_column: Any, cursor: int | None,
+                limit: int) -> dict[str, Any]:
+    """One page of a newest-first list: `stmt` orders by id descending and fetches limit + 1
+    rows (the extra one tells whether there is more); rows below `cursor` only.
+
+        return cursor_page(ctx, select(AuditLog).order_by(AuditLog.id.desc())
+                           .limit(limit + 1), AuditLog.id, cursor, limit)
+    """
+    if cursor is not None:
+        stmt = stmt.where(id_column < cursor)
+    with ctx.read() as session:
+        rows = session.scalars(stmt).all()
+    page, more = rows[:limit], len(rows) > limit
+    return {"object": "list", "data": [image(r) for r in page], "has_more": more,
+            "next_cursor": page[-1].id if more else None}
+
+
 # --- optimistic concurrency -------------------------------------------------------------
 
 def expected_row_version(request: Request, body_value: int | None = None) -> int | None:

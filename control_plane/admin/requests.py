@@ -17,7 +17,7 @@ from sqlalchemy import select
 from gateway.auth import Principal
 from registry.request_log import RequestLog
 
-from .common import MAX_PAGE, AdminContext, image, operator
+from .common import MAX_PAGE, AdminContext, cursor_page, operator
 from .usage import utc
 
 Status = Literal["ok", "error", "aborted"]
@@ -77,12 +77,6 @@ def build_router(ctx: AdminContext) -> APIRouter:
                 stmt = stmt.where(column == value)
         if since is not None:
             stmt = stmt.where(RequestLog.created_at >= utc(since))
-        if cursor is not None:
-            stmt = stmt.where(RequestLog.id < cursor)
-        with ctx.read() as session:
-            rows = session.scalars(stmt).all()
-        page, more = rows[:limit], len(rows) > limit
-        return {"object": "list", "data": [image(r) for r in page], "has_more": more,
-                "next_cursor": page[-1].id if more else None}
+        return cursor_page(ctx, stmt, RequestLog.id, cursor, limit)
 
     return router
