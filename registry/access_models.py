@@ -49,14 +49,9 @@ class ApiKey(Versioned, Timestamps, Base):
     revoked_at: Mapped[datetime | None] = mapped_column()
 
 
-class Usage(Base):
-    """One row per (time bucket, key, model); the gateway's batches add into it."""
+class UsageSums:
+    """The per-(key, team, model) sums shared by `usage` and its hourly and daily rollups."""
 
-    __tablename__ = "usage"
-    __table_args__ = (UniqueConstraint("bucket_start", "key_id", "model"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    bucket_start: Mapped[datetime] = mapped_column(index=True)
     key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"))
     team: Mapped[str | None] = mapped_column(String(200))
     model: Mapped[str] = mapped_column(String(200))
@@ -66,6 +61,16 @@ class Usage(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class Usage(UsageSums, Base):
+    """One row per (time bucket, key, model); the gateway's batches add into it."""
+
+    __tablename__ = "usage"
+    __table_args__ = (UniqueConstraint("bucket_start", "key_id", "model"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(index=True)
 
 
 class Slo(Versioned, Timestamps, Base):

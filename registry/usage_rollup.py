@@ -13,36 +13,27 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Float, ForeignKey, Integer, String, UniqueConstraint, delete, func, \
-    insert, select
+from sqlalchemy import UniqueConstraint, delete, func, insert, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from registry.access_queries import ADDITIVE, UsageRecord
+from registry.access_models import UsageSums
 from registry.models import Base, Usage
 
 
-class _Sums:
-    """The columns both rollups share with `usage`; `start` opens the row's hour or day."""
+class _Rollup(UsageSums):
+    """A rollup row: the usage sums for the hour or UTC day that `start` opens."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     start: Mapped[datetime] = mapped_column(index=True)
-    key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"))
-    team: Mapped[str | None] = mapped_column(String(200))
-    model: Mapped[str] = mapped_column(String(200))
-    requests: Mapped[int] = mapped_column(Integer, default=0)
-    errors: Mapped[int] = mapped_column(Integer, default=0)
-    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cost: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-class UsageHourly(_Sums, Base):
+class UsageHourly(_Rollup, Base):
     __tablename__ = "usage_hourly"
     __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
 
 
-class UsageDaily(_Sums, Base):
+class UsageDaily(_Rollup, Base):
     __tablename__ = "usage_daily"
     __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
 
