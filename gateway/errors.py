@@ -2,10 +2,15 @@
 
 FastAPI's own handlers (validation, HTTPException, unhandled exceptions) are replaced so no
 route, /v1 or /admin, ever answers with the default {"detail": ...}.
+
+Domain errors (queue full, breaker open, no backend, a registry or tier refusal, ...) subclass
+`InferplaneError` in their own modules and are answered by its one handler here.
 """
 from __future__ import annotations
 
 import logging
+import math
+from typing import Mapping
 
 import orjson
 from fastapi import FastAPI, Request
@@ -32,18 +37,47 @@ _TYPE_BY_STATUS = {
 }
 
 
-class OpenAIError(Exception):
-    def __init__(self, status: int, message: str, *, type: str | None = None,
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+def _type_for(status: int) -> str:
+    return _TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+class InferplaneError(Exception):
+    """Base of every domain error; the edge handler answers it in OpenAI's error shape.
+
+    A subclass states its HTTP status and code once, as class attributes; a raise adds the
+    message and, where it helps the client, the offending parameter or a Retry-After::
+
+        class QueueFull(InferplaneError):
+            status, code = 429, "queue_full"
+
+        raise QueueFull(f"too many queued requests for '{model}'", retry_after=2.5)
+        raise InvalidError("unknown base version", param="base_version")   # 422
+
+    Any keyword overrides the class default for one raise (status, code, type, param, headers).
+    Domain code raises these and never builds HTTP responses: `install_error_handlers` maps
+    every InferplaneError to `response()` in one handler.
+    """
+
+    status: int = 500
+    code: str | None = "internal_error"
+    type: str | None = None            # None: derived from status (_TYPE_BY_STATUS)
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 param: str | None = None, type: str | None = None,
+                 headers: Mapping[str, str] | None = None,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
-        self.type = type or _TYPE_BY_STATUS.get(status, "server_error" if status >= 500
-                                                else "invalid_request_error")
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+        self.type = type or self.type or _type_for(self.status)
         self.param = param
-        self.code = code
-        self.headers = headers or {}
+        self.headers = dict(headers or {})
+        self.retry_after = retry_after
+        if retry_after is not None:  # whole seconds, at least 1: "0" would invite a hot loop
+            self.headers.setdefault("retry-after", str(max(1, math.ceil(retry_after))))
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
@@ -52,6 +86,21 @@ class OpenAIError(Exception):
     def response(self) -> Response:
         return Response(orjson.dumps(self.body()), status_code=self.status,
                         headers=self.headers, media_type="application/json")
+
+
+class OpenAIError(InferplaneError):
+    """An error whose status is chosen where it is raised (validation, HTTP, upstream)::
+
+        raise OpenAIError(400, "messages: must not be empty", param="messages")
+    """
+
+    code = None
+
+    def __init__(self, status: int, message: str, *, type: str | None = None,
+                 param: str | None = None, code: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, status=status, code=code, param=param, type=type,
+                         headers=headers)
 
 
 def error_from_upstream(status: int, body: dict | None) -> OpenAIError:
@@ -109,8 +158,8 @@ def _allowed_methods(request: Request) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(OpenAIError)
-    async def _openai_error(_: Request, exc: OpenAIError) -> Response:
+    @app.exception_handler(InferplaneError)  # every domain error, whatever its module
+    async def _domain_error(_: Request, exc: InferplaneError) -> Response:
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
