@@ -13,6 +13,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class KvEventsSource(_Section):
+    """A vLLM backend's KV cache event publisher (its --kv-events-config endpoints)."""
+    endpoint: str                       # tcp://host:5557 (PUB)
+    replay_endpoint: str | None = None  # tcp://host:5558 (ROUTER): fills sequence gaps
+    topic: str = ""
+
+
 class RoutingSettings(_Section):
     strategy: Strategy = "least_loaded"
     per_model: dict[str, Strategy] = Field(default_factory=dict)
@@ -20,6 +27,8 @@ class RoutingSettings(_Section):
     prefix_block_chars: int = Field(256, ge=16)
     prefix_index_blocks: int = Field(50_000, ge=1)
     prefix_precise: bool = False       # use the builtin engine's /kv/summary when available
+    # vLLM backends' KV event publishers, by backend id or URL (precise routing for vLLM)
+    kv_events: dict[str, KvEventsSource] = Field(default_factory=dict)
     # a backend whose load exceeds the least loaded by this many requests loses prefix preference
     prefix_load_slack: float = Field(4.0, ge=0)
     session_header: str = "x-session-id"

@@ -13,6 +13,8 @@ from gateway.breaker import BreakerConfig, BreakerRegistry
 from gateway.jwt_auth import JWTVerifier
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Router
+from gateway.routing.kv_events import KvEventIndex
+from gateway.routing.kv_events_subscriber import KvEventSubscribers
 from gateway.routing.precise import refresh_resident
 from gateway.settings import GatewaySettings
 from gateway.splits import ShadowMirror
@@ -65,6 +67,7 @@ class GatewayState:
     cold_starter: object | None = None  # gateway.coldstart.ColdStarter, set by the control plane
     usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
+    kv_events: KvEventSubscribers | None = None   # vLLM KV event subscriptions (load poller)
 
     def __post_init__(self) -> None:
         b = self.settings.breaker
@@ -80,6 +83,8 @@ class GatewayState:
             on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
         self.router = self.router or Router(self.settings.routing, self.metrics, self.breaker)
         self.adapters = self.adapters or AdapterPool(self.settings)
+        self.kv_events = self.kv_events or KvEventSubscribers(
+            self.settings.routing.kv_events, KvEventIndex(self.router.resident))
         sh = self.settings.shadow
         self.shadow = self.shadow or ShadowMirror(max_concurrency=sh.max_concurrent,
                                                   timeout_s=sh.timeout_s,
@@ -116,18 +121,22 @@ class GatewayState:
 async def poll_engine_load(state: GatewayState) -> None:
     """Refresh engine-reported load for every backend in the snapshot, forever."""
     interval = state.settings.routing.load_poll_interval_s
-    while True:
-        backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
-                    if b.state == "ready" and b.engine not in ("litellm", "hosted")}
-        polls = [_poll_one(state, b) for b in backends.values()]
-        if state.settings.routing.prefix_precise:
-            polls += [refresh_resident(state, b) for b in backends.values()
-                      if b.engine == "builtin"]
-        results = await asyncio.gather(*polls, return_exceptions=True)
-        for backend, result in zip(backends.values(), results):
-            if not isinstance(result, BaseException):
-                state.router.book.report(backend.id, result)
-        await asyncio.sleep(interval)
+    try:
+        while True:
+            backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
+                        if b.state == "ready" and b.engine not in ("litellm", "hosted")}
+            polls = [_poll_one(state, b) for b in backends.values()]
+            if state.settings.routing.prefix_precise:
+                polls += [refresh_resident(state, b) for b in backends.values()
+                          if b.engine == "builtin"]
+                state.kv_events.sync(b for b in backends.values() if b.engine != "builtin")
+            results = await asyncio.gather(*polls, return_exceptions=True)
+            for backend, result in zip(backends.values(), results):
+                if not isinstance(result, BaseException):
+                    state.router.book.report(backend.id, result)
+            await asyncio.sleep(interval)
+    finally:
+        state.kv_events.close()
 
 
 async def _poll_one(state: GatewayState, backend):

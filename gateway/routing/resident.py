@@ -69,6 +69,15 @@ class ResidentBlocks:
             return
         self._backends[backend_id] = _Backend(block_size, hashes)
 
+    def attach(self, backend_id: str, block_size: int) -> None:
+        """An empty set kept up to date by someone else (vLLM's KV events: routing/kv_events.py)."""
+        self._backends[backend_id] = _Backend(block_size)
+
+    def discard(self, backend_id: str, hashes: list[int]) -> None:
+        entry = self._backends.get(backend_id)
+        if entry is not None:
+            entry.hashes.difference_update(hashes)
+
     def forget(self, backend_id: str) -> None:
         self._backends.pop(backend_id, None)
 
