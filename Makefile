@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup serve test test-fast tools bench clean
+.PHONY: setup serve test test-fast test-peers tools bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -46,6 +46,11 @@ test: setup tools
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+# Real engines behind the gateway (tests/peers, also part of `make test`) plus the llama.cpp
+# tests, which first build llama-server (~8 min, cached under $$INFERPLANE_PEERS_DIR).
+test-peers: setup
+	INFERPLANE_TEST_LLAMACPP=1 $(PY) -m pytest -q tests/peers $(ARGS)
 
 bench: setup
 	$(VENV)/bin/inferplane bench $(ARGS)
