@@ -19,6 +19,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     d = EngineConfig()
     p.add_argument("--model", default=d.model, help="known name, .gguf file or HF directory")
     p.add_argument("--served-model-name", default=None)
+    p.add_argument("--task", default="auto", choices=["auto", "generate", "embed"],
+                   help="auto: embed for a sentence-transformers / BERT encoder directory")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--device", default=d.device)
@@ -170,6 +172,11 @@ def serve(args: argparse.Namespace) -> int:
 
     from .server import create_engine_app
 
+    if args.task != "generate":
+        from .embedding_cli import embedding_dir_for, serve_embeddings
+        model_dir = embedding_dir_for(args.model, args.task)
+        if model_dir is not None:
+            return serve_embeddings(args, sock, model_dir)
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
     from .tracing import setup_engine_tracing

@@ -17,6 +17,7 @@ from .adapters import AdapterRegistry
 from .api_key import ApiKeyMiddleware
 from .logprobs import chat_logprobs, completion_logprobs
 from .adapters import router as adapter_router
+from .embedding_server import unsupported_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
 from .serving import TextChunk, generate_text, resolve_max_tokens
@@ -198,19 +199,8 @@ class _Renderer:
         yield b"data: [DONE]\n\n"
 
 
-def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
-                      metrics_registry=None, adapters: AdapterRegistry | None = None,
-                      api_key: str | None = None) -> FastAPI:
-    app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None,
-                  **_NATIVE_TRACING_OFF)
-    app.add_middleware(EngineTraceMiddleware)
-    if api_key:  # outermost: nothing runs for an unauthenticated request
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
-    adapters = adapters or AdapterRegistry()
-    service = EngineService(engine, tokenizer, served_name, max_model_len, adapters)
-    app.state.service = service
-    app.include_router(adapter_router(adapters))
-
+def install_error_handlers(app: FastAPI) -> None:
+    """EngineError and invalid bodies answered in OpenAI's error shape (400, never 422)."""
     @app.exception_handler(EngineError)
     async def _engine_error(_: Request, exc: EngineError):
         return exc.response()
@@ -224,6 +214,24 @@ def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
             loc, message = [], "We could not parse the JSON body of your request."
         return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}",
                               param=".".join(loc) or None)
+
+
+def create_engine_app(engine, tokenizer, served_name: str, max_model_len: int,
+                      metrics_registry=None, adapters: AdapterRegistry | None = None,
+                      api_key: str | None = None) -> FastAPI:
+    app = FastAPI(title="Inferplane built-in engine", docs_url=None, redoc_url=None,
+                  **_NATIVE_TRACING_OFF)
+    app.add_middleware(EngineTraceMiddleware)
+    if api_key:  # outermost: nothing runs for an unauthenticated request
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    adapters = adapters or AdapterRegistry()
+    service = EngineService(engine, tokenizer, served_name, max_model_len, adapters)
+    app.state.service = service
+    app.include_router(adapter_router(adapters))
+
+    install_error_handlers(app)
+    # An embedding model is served by embedding_server.py; this model answers a clear 400.
+    app.include_router(unsupported_router("/v1/embeddings", "embeddings", served_name))
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request):
