@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Annotated
 
 from fastapi import Depends, Request
 
@@ -102,6 +103,10 @@ async def authenticate(request: Request) -> Principal:
         principal = await _authenticate(request)
     request.state.principal = principal
     return principal
+
+
+# The route parameter of an authenticated request: `principal: AuthPrincipal`.
+AuthPrincipal = Annotated[Principal, Depends(authenticate)]
 
 
 @dataclass
