@@ -1,7 +1,7 @@
 """Inferplane settings: one YAML file with ${VAR} / ${VAR:-default} interpolation.
 
 With no file, the embedded default applies: SQLite under .inferplane/, in-memory limits, and the
-built-in engine serving smollm2-135m-instruct.
+built-in engine serving smollm2-135m-instruct (chat) and all-minilm-l6-v2 (embeddings).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from gateway.modalities import Modality
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"  # served beside it: /v1/embeddings
 
 
 class BackendSpec(BaseModel):
@@ -91,7 +92,8 @@ class Settings(BaseModel):
     port: int = 8000
     engine_port_base: int = 8100
     engine_ready_timeout_s: float = 600.0
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL)])
+    models: list[ModelSpec] = Field(default_factory=lambda: [
+        ModelSpec(name=DEFAULT_MODEL), ModelSpec(name=DEFAULT_EMBEDDING_MODEL)])
     routing: dict[str, Any] = Field(default_factory=dict)
     gateway: dict[str, Any] = Field(default_factory=dict)  # passed to GatewaySettings
     mlflow: MlflowSettings | None = None  # optional Model Registry sync
