@@ -15,9 +15,7 @@ log = logging.getLogger("inferplane")
 
 
 def _gateway_settings(settings: Settings):
-    from gateway.settings import GatewaySettings
-
-    return GatewaySettings(**settings.gateway_settings_dict())
+    return settings.gateway  # validated with the file, top-level routing/redis_url applied
 
 
 def _on_registry_change(snapshots):
@@ -192,10 +190,14 @@ async def _gateway(settings: Settings, sock) -> None:
 
 
 def run_gateway(settings: Settings, workers: int = 1) -> int:
-    if workers > 1:
-        say("run one process per replica (e.g. several `inferplane gateway` behind a balancer)")
     sock = _listen(settings)
-    return 1 if sock is None else _run(_gateway(settings, sock))
+    if sock is None:
+        return 1
+    if workers > 1:   # limits stay exact: in Redis, or in one store the supervisor serves
+        from gateway.workers import serve_workers
+        return serve_workers(workers, lambda: _run(_gateway(settings, sock)),
+                             shared_limits=not settings.redis_url)
+    return _run(_gateway(settings, sock))
 
 
 def _gateway_metrics(settings: Settings, registry):
