@@ -65,6 +65,14 @@ class EngineAdapter(abc.ABC):
     async def completions(self, body: dict) -> dict | EngineStream:
         """POST completions; an EngineStream when body["stream"] is true."""
 
+    async def embeddings(self, body: dict) -> dict:
+        """POST embeddings (OpenAI shape, never streamed)."""
+        raise EngineError("http_4xx", f"{type(self).__name__} does not serve embeddings",
+                          status=400, body={"error": {
+                              "message": "this backend does not serve embeddings",
+                              "type": "invalid_request_error", "param": None,
+                              "code": "unsupported_endpoint"}})
+
     @abc.abstractmethod
     async def health(self) -> bool:
         """True when the engine answers its health check."""

@@ -136,6 +136,10 @@ class OpenAIHTTPAdapter(EngineAdapter):
     async def completions(self, body: dict) -> dict | EngineStream:
         return await self._call("/completions", body)
 
+    async def embeddings(self, body: dict) -> dict:
+        body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        return await self._call("/embeddings", body)  # an answer, never a stream
+
     async def _call(self, path: str, body: dict) -> dict | EngineStream:
         request = self._client.build_request("POST", self.base_url + path,
                                              content=orjson.dumps(body), headers=self._headers)
