@@ -153,15 +153,16 @@ def start_engines(args, work: Path) -> tuple[list, list[int]]:
     return procs, ports
 
 
-def write_config(work: Path, ports: list[int], strategy: str) -> Path:
+def write_config(work: Path, ports: list[int], strategy: str, precise: bool = False) -> Path:
     backends = "".join(f"      - {{url: 'http://127.0.0.1:{p}/v1', engine: builtin, "
                        f"served_model: {MODEL}}}\n" for p in ports)
-    config = work / f"{strategy}.yaml"
+    config = work / f"{strategy}{'-precise' if precise else ''}.yaml"
     config.write_text(
         f"data_dir: {work / 'data'}\n"
         f"models:\n  - name: {MODEL}\n    engine: builtin\n    context_length: 4096\n"
         f"    backends:\n{backends}"
-        f"routing: {{strategy: {strategy}, load_poll_interval_s: 0.5}}\n"
+        f"routing: {{strategy: {strategy}, load_poll_interval_s: 0.5, "
+        f"prefix_precise: {str(precise).lower()}}}\n"
         f"gateway:\n  admission: {{queue_size: 100000, max_inflight_per_backend: 100000}}\n")
     return config
 
@@ -232,11 +233,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def run_strategy(strategy: str, workload: list[Request], args, work: Path) -> dict:
+def run_strategy(strategy: str, workload: list[Request], args, work: Path,
+                 precise: bool = False) -> dict:
     engines, ports = start_engines(args, work)
     gateway = None
     try:
-        config = write_config(work, ports, strategy)
+        config = write_config(work, ports, strategy, precise)
         secret = register(config)
         port = free_port()
         gateway = start_process(["-m", "control_plane", "gateway", "--config", str(config),
@@ -249,6 +251,11 @@ def run_strategy(strategy: str, workload: list[Request], args, work: Path) -> di
             stop_process(gateway)
         for proc in engines:
             stop_process(proc)
+    return summarise(strategy, results, makespan, hits, queries)
+
+
+def summarise(strategy: str, results: list[Result], makespan: float, hits: float,
+              queries: float) -> dict:
     done = [r for r in results if r.ok]
     ttfts = [r.ttft for r in done if r.ttft is not None]
     return {"strategy": strategy, "ok": len(done), "errors": len(results) - len(done),
@@ -259,13 +266,13 @@ def run_strategy(strategy: str, workload: list[Request], args, work: Path) -> di
 
 
 def print_table(rows: list[dict], oracle: float) -> None:
-    print(f"\n{'strategy':<14}{'ok':>5}{'err':>5}{'TTFT P50 s':>12}{'TTFT P90 s':>12}"
+    print(f"\n{'strategy':<26}{'ok':>5}{'err':>5}{'TTFT P50 s':>12}{'TTFT P90 s':>12}"
           f"{'req/s':>8}{'tok/s':>8}{'hit rate':>10}{'vs oracle':>11}")
     for r in rows:
-        print(f"{r['strategy']:<14}{r['ok']:>5}{r['errors']:>5}{r['ttft_p50']:>12.3f}"
+        print(f"{r['strategy']:<26}{r['ok']:>5}{r['errors']:>5}{r['ttft_p50']:>12.3f}"
               f"{r['ttft_p90']:>12.3f}{r['rps']:>8.2f}{r['tok_s']:>8.1f}{r['hit_rate']:>10.3f}"
               f"{r['hit_rate'] / oracle:>11.2f}")
-    print(f"{'oracle':<14}{'':>5}{'':>5}{'':>12}{'':>12}{'':>8}{'':>8}{oracle:>10.3f}")
+    print(f"{'oracle':<26}{'':>5}{'':>5}{'':>12}{'':>12}{'':>8}{'':>8}{oracle:>10.3f}")
     by = {r["strategy"]: r for r in rows}
     if "prefix_aware" in by and "round_robin" in by:
         pa, rr = by["prefix_aware"], by["round_robin"]
@@ -274,9 +281,7 @@ def print_table(rows: list[dict], oracle: float) -> None:
               f"(goal >= 0.9)")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--strategies", default="round_robin,least_loaded,p2c,prefix_aware")
+def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--tenants", type=int, default=8)
     p.add_argument("--users", type=int, default=200, help="distinct users per tenant")
@@ -289,18 +294,30 @@ def main() -> None:
     p.add_argument("--prefill-s-per-token", type=float, default=0.0005)
     p.add_argument("--decode-base-s", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
+
+
+def measure_oracle(workload: list[Request], args, work: Path) -> float:
+    """The oracle hit rate, tokenized by one engine like those of the runs."""
+    engines, ports = start_engines(argparse.Namespace(**{**vars(args), "engines": 1}), work)
+    try:
+        oracle = oracle_hit_rate(f"http://127.0.0.1:{ports[0]}", workload)
+    finally:
+        stop_process(engines[0])
+    print(f"workload: {len(workload)} requests, {args.tenants} tenants, "
+          f"~{args.system_tokens}-token system prompts, {args.rate}/s; oracle hit rate "
+          f"{oracle:.3f}", flush=True)
+    return oracle
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--strategies", default="round_robin,least_loaded,p2c,prefix_aware")
+    add_workload_args(p)
     args = p.parse_args()
     workload = build_workload(args)
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp:
         work = Path(tmp)
-        engines, ports = start_engines(argparse.Namespace(**{**vars(args), "engines": 1}), work)
-        try:
-            oracle = oracle_hit_rate(f"http://127.0.0.1:{ports[0]}", workload)
-        finally:
-            stop_process(engines[0])
-        print(f"workload: {len(workload)} requests, {args.tenants} tenants, "
-              f"~{args.system_tokens}-token system prompts, {args.rate}/s; oracle hit rate "
-              f"{oracle:.3f}", flush=True)
+        oracle = measure_oracle(workload, args, work)
         rows = []
         for strategy in args.strategies.split(","):
             started = time.monotonic()
