@@ -178,7 +178,8 @@ class Scheduler:
         speculate: their accepted run is exactly what one-token steps would produce."""
         p = req.params
         if (self.proposer is None or n != 1 or req.num_computed_tokens != req.num_tokens - 1
-                or not p.greedy or p.has_penalties or p.logprobs is not None):
+                or not p.greedy or p.has_penalties or p.logprobs is not None
+                or p.grammar is not None):  # a grammar advances once per sampled row
             return []
         # The last token is always sampled for real; drafts never overrun max_tokens/context.
         room = min(budget - 1, p.max_tokens - req.num_output_tokens - 1,
