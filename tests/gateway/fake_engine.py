@@ -24,7 +24,8 @@ DEFAULTS = {
     "token_delay": 0.0,        # seconds between chunks
     "break_after": None,       # drop the connection after this many token chunks
     "usage_in_stream": True,   # send the usage chunk when include_usage is asked
-}
+    "tool_arguments": "{}",    # a chat request with `tools` is answered with a call of the
+}                              # first (or the named) tool with these arguments
 
 
 class Engine:
@@ -56,6 +57,30 @@ class Engine:
         payload = {"id": "cmpl-1", "object": obj, "created": int(time.time()),
                    "model": body.get("model"), "backend": self.name, "choices": [choice]}
         return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def tool_call(self, body: dict) -> dict | None:
+        """The tool call answering `body`: when it offers tools and its last message is not
+        a tool's result (which is answered with text quoting it)."""
+        messages = body.get("messages") or [{}]
+        if not body.get("tools") or body.get("tool_choice") == "none" \
+                or messages[-1].get("role") == "tool":
+            return None
+        choice = body.get("tool_choice")
+        name = choice["function"]["name"] if isinstance(choice, dict) \
+            else body["tools"][0]["function"]["name"]
+        return {"id": f"call_{self.stats['requests']}", "type": "function",
+                "function": {"name": name, "arguments": self.config["tool_arguments"]}}
+
+    def tool_chunks(self, body: dict, call: dict) -> list[bytes]:
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        first = {"index": 0, "id": call["id"], "type": "function",
+                 "function": {"name": call["function"]["name"], "arguments": args[:half]}}
+        pieces = [first, {"index": 0, "function": {"arguments": args[half:]}}]
+        return [b"data: " + orjson.dumps({
+            "id": "cmpl-1", "object": "chat.completion.chunk", "model": body.get("model"),
+            "choices": [{"index": 0, "delta": {"tool_calls": [p]}, "finish_reason": None}]})
+            + b"\n\n" for p in pieces]
 
     def usage(self, body: dict) -> dict:
         p, c = self.prompt_tokens(body), len(self.tokens(body))
@@ -105,8 +130,14 @@ def build_app(name: str) -> Starlette:
         finally:
             engine.stats["running"] -= 1
         text = "".join(engine.tokens(body))
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                   "finish_reason": "length"} if chat else
+        call, finish = engine.tool_call(body) if chat else None, "length"
+        if call is None and chat and (body.get("messages") or [{}])[-1].get("role") == "tool":
+            text, finish = "tool said: " + str(body["messages"][-1].get("content")), "stop"
+        choice = ({"index": 0, "message": {"role": "assistant", "content": None,
+                                           "tool_calls": [call]}, "finish_reason": "tool_calls"}
+                  if call else
+                  {"index": 0, "message": {"role": "assistant", "content": text},
+                   "finish_reason": finish} if chat else
                   {"index": 0, "text": text, "finish_reason": "length"})
         engine.stats["completed"] += 1
         return JSONResponse({"id": "cmpl-1", "object": "chat.completion" if chat else
@@ -121,12 +152,17 @@ def build_app(name: str) -> Starlette:
             await asyncio.sleep(cfg["first_token_delay"])
             if chat:
                 yield engine.chunk(body, chat, None, role=True)
-            for i, tok in enumerate(engine.tokens(body)):
+            call = engine.tool_call(body) if chat else None
+            if call is not None:
+                for piece in engine.tool_chunks(body, call):
+                    yield piece
+            for i, tok in enumerate(engine.tokens(body) if call is None else ()):
                 if cfg["break_after"] is not None and i >= cfg["break_after"]:
                     raise RuntimeError("injected connection drop")
                 yield engine.chunk(body, chat, tok)
                 await asyncio.sleep(cfg["token_delay"])
-            yield engine.chunk(body, chat, None if chat else "", finish="length")
+            yield engine.chunk(body, chat, None if chat else "",
+                               finish="tool_calls" if call else "length")
             if (body.get("stream_options") or {}).get("include_usage") and cfg["usage_in_stream"]:
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": "chat.completion.chunk",
                                                 "model": body.get("model"), "choices": [],
