@@ -318,14 +318,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp:
         work = Path(tmp)
         oracle = measure_oracle(workload, args, work)
-        rows = []
-        for strategy in args.strategies.split(","):
-            started = time.monotonic()
-            rows.append(run_strategy(strategy, workload, args, work))
-            r = rows[-1]
-            print(f"{strategy}: TTFT P90 {r['ttft_p90']:.3f} s, hit rate {r['hit_rate']:.3f} "
-                  f"({time.monotonic() - started:.0f} s)", flush=True)
+        rows = run_each(args.strategies.split(","),
+                        lambda strategy: run_strategy(strategy, workload, args, work))
         print_table(rows, oracle)
+
+
+def run_each(names: list[str], run) -> list[dict]:
+    """run(name) for each name, one after another, printing each result as it comes."""
+    rows = []
+    for name in names:
+        started = time.monotonic()
+        rows.append(r := run(name))
+        print(f"{name}: TTFT P90 {r['ttft_p90']:.3f} s, hit rate {r['hit_rate']:.3f} "
+              f"({time.monotonic() - started:.0f} s)", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,16 +89,10 @@ def main() -> None:
     p.add_argument("--peers-dir", default="/work/peers-cache")
     args = p.parse_args()
     workload = rb.build_workload(args)
-    rows = []
     with tempfile.TemporaryDirectory(prefix="routing-peers-") as tmp:
         work = Path(tmp)
         oracle = rb.measure_oracle(workload, args, work)
-        for name in args.runs.split(","):
-            started = time.monotonic()
-            rows.append(run(name, workload, args, work))
-            r = rows[-1]
-            print(f"{name}: TTFT P90 {r['ttft_p90']:.3f} s, hit rate {r['hit_rate']:.3f} "
-                  f"({time.monotonic() - started:.0f} s)", flush=True)
+        rows = rb.run_each(args.runs.split(","), lambda name: run(name, workload, args, work))
     rb.print_table(rows, oracle)
     print_ratios(rows)
     path = write_result("routing_peers", {"args": vars(args), "oracle_hit_rate": oracle,
