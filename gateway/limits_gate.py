@@ -45,16 +45,6 @@ class LimitsGate:
                               team.spend) if team else Budget("team", principal.team, None))
         return out
 
-    def prompt_tokens(self, kind: str, body: dict) -> int:
-        if kind == "chat":
-            return self.estimator.count_messages(body.get("messages") or [])
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            return len(prompt)
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-            return sum(len(p) for p in prompt)
-        return self.estimator.count_prompt(prompt or "")
-
     async def admit(self, principal, snapshot, model_view, prompt: int, max_tokens: int | None):
         """(rate-limit decision, budget hold) for an admitted request; raises the OpenAI 429
         otherwise. The budget holds this request's worst-case cost until `settle`."""

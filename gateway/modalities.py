@@ -5,8 +5,8 @@ text-only by default). A chat message whose content holds a part the model does 
 (an `image_url` sent to a text-only model, say) is a 400 naming the part, instead of an answer
 from a model that silently never saw it.
 
-    check_content("chat", body, model_view)   # None, or OpenAIError(400)
-    accepts("chat", body, fallback_view)      # False: skip that fallback
+    check_content(CHAT, body, model_view)   # None, or OpenAIError(400); CHAT: an EngineProtocol
+    accepts(CHAT, body, fallback_view)      # False: skip that fallback
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ PART_MODALITY = {"text": "text", "image_url": "image", "input_image": "image", "
                  "video_url": "video"}
 
 
-def check_content(kind: str, body: dict, model_view) -> None:
+def check_content(protocol, body: dict, model_view) -> None:
     """None when `model_view` reads every content part of the body; OpenAIError(400) else."""
-    refused = _first_refused(kind, body, model_view)
+    refused = _first_refused(protocol.messages(body), model_view)
     if refused is None:
         return
     i, j, part_type, needed = refused
@@ -40,22 +40,22 @@ def check_content(kind: str, body: dict, model_view) -> None:
                       code="unsupported_content_type")
 
 
-def accepts(kind: str, body: dict, model_view) -> bool:
+def accepts(protocol, body: dict, model_view) -> bool:
     """Whether `model_view` reads the body (a fallback that does not is skipped)."""
-    return _first_refused(kind, body, model_view) is None
+    return _first_refused(protocol.messages(body), model_view) is None
 
 
 def _declared(model_view) -> tuple[str, ...]:
     return getattr(model_view, "modalities", None) or TEXT_ONLY
 
 
-def _first_refused(kind: str, body: dict, model_view):
+def _first_refused(messages: list | None, model_view):
     """(message index, part index, part type, modality needed or None) of the first part the
-    model cannot read, or None."""
-    if kind != "chat":
+    model cannot read, or None (also when the protocol carries no messages)."""
+    if not messages:
         return None
     declared = _declared(model_view)
-    for i, message in enumerate(body.get("messages") or ()):
+    for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         for j, part in enumerate(content if isinstance(content, list) else ()):
             part_type = part.get("type") if isinstance(part, dict) else None

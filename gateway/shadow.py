@@ -19,7 +19,7 @@ import random
 import time
 
 from engine_adapter.base import EngineError
-from gateway.relay import delta_text, is_done, payload
+from gateway.relay import is_done, payload
 from gateway.resolve import shadow_versions
 from gateway.routing.strategies import least_loaded
 from gateway.splits import ShadowReply
@@ -45,19 +45,21 @@ def start_shadows(state, call, model_view, serving_version: str | None,
             state.metrics.shadow_requests.labels(model_view.name, split.version, "dropped").inc()
             continue
         started += 1
-        call.acct.collect_text()
-        call.acct.on_finish.append(lambda acct, h=handle: h.set_primary(
-            acct.text() if acct.status < 400 else None, time.perf_counter() - acct.started))
+        call.scope.collect_text()
+        call.scope.on_close(_report_primary, call.scope, handle)
     return started
 
 
+def _report_primary(scope, handle) -> None:
+    """The primary's answer (None when it failed) for the copy to be compared against."""
+    handle.set_primary(scope.text() if scope.status < 400 else None,
+                       time.perf_counter() - scope.started)
+
+
 def _copy_body(call, backend) -> dict:
-    body = dict(call.body)
-    body["model"] = call.adapter or backend.served_model
+    body = call.protocol.upstream_body(call.body, call.adapter or backend.served_model, False)
     body["stream"] = True
     body.pop("stream_options", None)
-    if body.get("max_completion_tokens") and not body.get("max_tokens"):
-        body["max_tokens"] = body["max_completion_tokens"]
     return body
 
 
@@ -68,17 +70,16 @@ async def send_copy(state, call, model_view, version: str) -> ShadowReply:
         raise EngineError("connect", f"no ready backend for shadow version {version!r}")
     backend = least_loaded(candidates, state.router.book)
     adapter = state.adapters.get(backend)
-    method = adapter.chat if call.kind == "chat" else adapter.completions
     started = time.perf_counter()
     state.router.book.acquire(backend.id)
     try:
-        stream = await method(_copy_body(call, backend))
-        return await _read_reply(stream, started)
+        stream = await call.protocol.call(adapter, _copy_body(call, backend))
+        return await _read_reply(stream, started, call.protocol.delta_text)
     finally:
         state.router.book.release(backend.id)
 
 
-async def _read_reply(stream, started: float) -> ShadowReply:
+async def _read_reply(stream, started: float, delta_text) -> ShadowReply:
     parts: list[str] = []
     ttft = None
     try:

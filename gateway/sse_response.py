@@ -1,7 +1,10 @@
 """A streamed (SSE) response that stops its body when the client disconnects.
 
-The event that ends a stream (`data: [DONE]`) leaves in the same write as the chunked
-terminator, so the client has its whole answer before the relay's closing bookkeeping runs.
+The write that ends a stream (a `gateway.relay.Last`: `data: [DONE]` or an endpoint's closing
+events) leaves in the same write as the chunked terminator, so the client has its whole answer
+before the relay's closing bookkeeping runs. The request's scope is closed here too (a no-op
+when the relay closed it): a stream abandoned before its body ever started still releases
+everything it holds.
 
 Starlette's StreamingResponse does the same under ASGI < 2.4 (uvicorn's httptools server) with
 an anyio task group per response, a cost paid on every streamed request. Here one plain asyncio
@@ -15,12 +18,17 @@ import asyncio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway.relay import DONE
+from gateway.accounting import CLIENT_CLOSED
+from gateway.relay import Last
 
 
 class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
     _answered = False   # the final event went out: the response is complete
+
+    def __init__(self, content, *, scope=None, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self.scope = scope   # the RequestScope the body's relay closes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         streaming = asyncio.current_task()
@@ -45,6 +53,11 @@ class SSEResponse(StreamingResponse):
             streaming.uncancel()
         finally:
             watcher.cancel()
+            if self.scope is not None and not self.scope.closed:
+                # Cancelled between two writes, or before the body started: the relay's own
+                # end (a generator suspended at a yield) runs now, or the scope alone.
+                await self.body_iterator.aclose()
+                await self.scope.close(CLIENT_CLOSED)
         if self.background is not None:
             await self.background()
 
@@ -52,7 +65,7 @@ class SSEResponse(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         async for chunk in self.body_iterator:
-            if chunk.endswith(DONE):
+            if type(chunk) is Last:
                 self._answered = True
                 await send({"type": "http.response.body", "body": chunk, "more_body": False})
                 async for _ in self.body_iterator:   # run the relay's end of stream bookkeeping

@@ -24,7 +24,7 @@ from typing import Protocol
 import orjson
 from pydantic import BaseModel
 
-from gateway.errors import OpenAIError
+from gateway.errors import InferplaneError
 from gateway.schemas import parse_body
 
 
@@ -127,7 +127,7 @@ class Endpoint:
     protocol: EngineProtocol           # what the engine is sent
 
     def parse(self, raw: bytes) -> ParsedRequest:
-        """Validate the client's JSON (OpenAIError 400 when invalid) into a ParsedRequest."""
+        """Validate the client's JSON (an OpenAIError 400 when invalid) into a ParsedRequest."""
         body, req = parse_body(raw, self.schema)
         return self.to_engine(body, req)
 
@@ -144,11 +144,11 @@ class Endpoint:
         """None: the engine's SSE bytes are forwarded as they are (OpenAI APIs)."""
         return None
 
-    def error_body(self, exc: OpenAIError) -> dict:
+    def error_body(self, exc: InferplaneError) -> dict:
         """An error response's JSON in the client's shape."""
         return exc.body()
 
-    def error_response(self, exc: OpenAIError):
+    def error_response(self, exc: InferplaneError):
         from fastapi.responses import Response
         return Response(orjson.dumps(self.error_body(exc)), status_code=exc.status,
                         headers=exc.headers, media_type="application/json")

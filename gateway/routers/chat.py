@@ -1,16 +1,16 @@
 """POST /v1/chat/completions."""
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.auth import Principal, authenticate
-from gateway.proxy import proxy_request
-from gateway.schemas import ChatCompletionRequest, openapi_body
+from gateway.auth import AuthPrincipal
+from gateway.endpoints.chat_completions import CHAT_COMPLETIONS
+from gateway.pipeline import handle
+from gateway.schemas import openapi_body
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-@router.post("/chat/completions", openapi_extra=openapi_body(ChatCompletionRequest),
+@router.post("/chat/completions", openapi_extra=openapi_body(CHAT_COMPLETIONS.schema),
              response_class=Response)
-async def chat_completions(request: Request,
-                           principal: Principal = Depends(authenticate)) -> Response:
-    return await proxy_request(request, principal, "chat")
+async def chat_completions(request: Request, principal: AuthPrincipal) -> Response:
+    return await handle(request, principal, CHAT_COMPLETIONS)

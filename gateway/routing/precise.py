@@ -26,22 +26,6 @@ async def refresh_resident(state, backend) -> None:
     state.router.resident.update(backend.id, summary)
 
 
-def _tokenize_body(kind: str, body: dict, served_model: str) -> dict | list[int] | None:
-    """The /tokenize request for this prompt, the token ids themselves, or None."""
-    if kind == "chat":
-        messages = body.get("messages")
-        return {"model": served_model, "messages": messages, "add_generation_prompt": True} \
-            if isinstance(messages, list) and messages else None
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str) and prompt:
-        return {"model": served_model, "prompt": prompt}
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return list(prompt)
-    return None
-
-
 def wants_precise(state, model_view, adapter: str | None) -> bool:
     return (state.settings.routing.prefix_precise and not adapter
             and state.router.strategy_name(model_view) == "prefix_aware")
@@ -56,7 +40,7 @@ async def tokenize_for_routing(state, call, model_view, backends) -> bool:
     if not known:
         return False
     target = min(known, key=lambda b: (state.router.book.load(b.id), b.id))
-    request = _tokenize_body(call.kind, call.body, target.served_model)
+    request = call.protocol.tokenize_body(call.body, target.served_model)
     if request is None:
         return False
     if isinstance(request, list):

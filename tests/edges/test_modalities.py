@@ -7,6 +7,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from gateway.endpoints import CHAT
 from gateway.modalities import check_content
 from gateway.errors import OpenAIError
 from registry.snapshot import build_snapshot
@@ -50,7 +51,7 @@ def test_a_model_declaring_images_accepts_them_but_not_audio(engines, make_gatew
 
 def test_unknown_part_types_are_refused():
     with pytest.raises(OpenAIError) as exc:
-        check_content("chat", {"messages": [{"role": "user", "content": [{"type": "blob"}]}]},
+        check_content(CHAT, {"messages": [{"role": "user", "content": [{"type": "blob"}]}]},
                       model("m", []))
     assert exc.value.status == 400 and exc.value.param == "messages[0].content[0].type"
 

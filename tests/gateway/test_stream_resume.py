@@ -2,6 +2,7 @@
 import orjson
 import pytest
 
+from gateway.endpoints import CHAT, COMPLETION
 from gateway.resume import continuation_body, may_resume
 from tests.gateway.conftest import backend, chat_body, model
 from tests.gateway.test_streaming import content, events
@@ -60,13 +61,13 @@ def test_sampled_request_is_not_resumed_by_default(gw, engines):
 
 def test_which_requests_may_resume():
     chat = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
-    assert may_resume("greedy", "chat", chat)
-    assert not may_resume("greedy", "chat", {**chat, "temperature": 0.7})
-    assert may_resume("always", "chat", {**chat, "temperature": 0.7})
-    assert not may_resume("off", "chat", chat)
-    assert not may_resume("always", "chat", {**chat, "logprobs": True})
-    assert not may_resume("always", "completions", {"prompt": [1, 2, 3]})
-    body = continuation_body("chat", {**chat, "max_completion_tokens": 4}, "ab", 4)
+    assert may_resume("greedy", CHAT, chat)
+    assert not may_resume("greedy", CHAT, {**chat, "temperature": 0.7})
+    assert may_resume("always", CHAT, {**chat, "temperature": 0.7})
+    assert not may_resume("off", CHAT, chat)
+    assert not may_resume("always", CHAT, {**chat, "logprobs": True})
+    assert not may_resume("always", COMPLETION, {"prompt": [1, 2, 3]})
+    body = continuation_body(CHAT, {**chat, "max_completion_tokens": 4}, "ab", 4)
     assert body is None  # nothing left to generate
-    assert orjson.dumps(continuation_body("completions", {"prompt": "x", "min_tokens": 3},
+    assert orjson.dumps(continuation_body(COMPLETION, {"prompt": "x", "min_tokens": 3},
                                           "yz", 2)) == b'{"prompt":"xyz","min_tokens":1}'

@@ -1,0 +1,179 @@
+"""The request path of every client API: typed stages around one RequestScope.
+
+    authenticate (the route's dependency) → parse → resolve → limit → split → ready → admit
+    → route → call → relay (gateway/proxy.py) → account (RequestScope.close)
+
+A route hands its Endpoint over and returns what this returns:
+
+    return await handle(request, principal, CHAT_COMPLETIONS)
+
+Every stage raises a domain error (gateway.errors.InferplaneError); it leaves here as
+`endpoint.error_response(exc)`, in the client API's own shape. Resources are held by the RequestScope from the limit stage on and
+released by its `close` (here on failure, at the end of the answer otherwise).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from gateway.accounting import CLIENT_CLOSED
+from gateway.admission import QueueFull, QueueTimeout
+from gateway.endpoints.base import Endpoint, ParsedRequest
+from gateway.errors import InferplaneError, OpenAIError
+from gateway.modalities import check_content
+from gateway.proxy import Call, ClientGone, dispatch, has_candidates
+from gateway.request_scope import RequestScope
+from gateway.resolve import check_access, choose_version, resolve_model
+from gateway.routing import RouteContext
+from gateway.routing.precise import tokenize_for_routing
+from gateway.shadow import start_shadows
+from gateway.state import GatewayState as GatewayServices
+from gateway.tracing import child_span
+
+PRIORITIES = ("high", "standard", "batch")
+
+
+@dataclass(slots=True)
+class Target:
+    """The resolve stage's hand-off: the model serving the request and what pins it."""
+    snapshot: object
+    model_view: object
+    version: str | None     # pinned by an alias, else chosen by the split stage
+    adapter: str | None     # LoRA adapter named by "<model>:<adapter>"
+
+
+async def handle(request: Request, principal, endpoint: Endpoint) -> Response:
+    services: GatewayServices = request.app.state.gateway
+    started = time.perf_counter()
+    try:
+        parsed = endpoint.parse(await _read_body(request, services))
+        target = resolve(services, parsed)
+        scope = await limit(services, principal, endpoint, parsed, target, started)
+    except InferplaneError as exc:
+        return endpoint.error_response(exc)
+    try:
+        return await _serve(request, services, scope, target)
+    except InferplaneError as exc:
+        await scope.close(exc.status)
+        return endpoint.error_response(exc)
+    except ClientGone:
+        await scope.close(CLIENT_CLOSED)
+        return Response(status_code=CLIENT_CLOSED)
+    except BaseException:
+        await scope.close(500)
+        raise
+
+
+async def _read_body(request: Request, services: GatewayServices) -> bytes:
+    raw = await request.body()
+    if len(raw) > services.settings.max_body_bytes:
+        raise OpenAIError(413, "request body too large", code="body_too_large")
+    return raw
+
+
+def resolve(services: GatewayServices, parsed: ParsedRequest) -> Target:
+    snapshot = services.snapshot
+    model_view, version, adapter = resolve_model(snapshot, parsed.model)
+    return Target(snapshot, model_view, version, adapter)
+
+
+def _validate(parsed: ParsedRequest, model_view) -> None:
+    if parsed.n > 1:
+        raise OpenAIError(400, "n > 1 is not supported: send n separate requests", param="n",
+                          code="unsupported_value")
+    max_tokens = parsed.max_tokens
+    context = model_view.context_length
+    if max_tokens is not None and context and max_tokens > context:
+        param = parsed.max_tokens_param
+        raise OpenAIError(400, f"{param}={max_tokens} exceeds the model's context length "
+                          f"({context} tokens)", param=param, code="context_length_exceeded")
+
+
+async def limit(services: GatewayServices, principal, endpoint: Endpoint,
+                parsed: ParsedRequest, target: Target, started: float) -> RequestScope:
+    """Access, validation and rate limits / budgets; the scope holding the reservation."""
+    model_view = target.model_view
+    gate = services.limits
+    try:
+        check_access(principal, parsed.model, model_view)
+        if services.cold_starter is not None:  # only requests the key may make count as activity
+            services.cold_starter.note_request(model_view.name)
+        _validate(parsed, model_view)
+        check_content(endpoint.protocol, parsed.body, model_view)
+        prompt_tokens = endpoint.protocol.prompt_tokens(gate.estimator, parsed.body)
+        with child_span("gateway.limits"):
+            decision, hold = await gate.admit(principal, target.snapshot, model_view,
+                                              prompt_tokens, parsed.max_tokens)
+    except InferplaneError as exc:   # refused before the scope exists: still a client answer
+        services.metrics.requests.labels(parsed.model, "none", str(exc.status)).inc()
+        raise
+    scope = RequestScope(services, principal, endpoint, parsed, started, prompt_tokens)
+    scope.hold_limits(gate, decision, hold)
+    return scope
+
+
+async def _serve(request: Request, services: GatewayServices, scope: RequestScope,
+                 target: Target) -> Response:
+    parsed, model_view = scope.parsed, target.model_view
+    session = request.headers.get(services.settings.routing.session_header) or parsed.user
+    protocol = scope.endpoint.protocol
+    ctx = RouteContext(model=model_view.name, prompt_text=protocol.prompt_text(parsed.body),
+                       session_key=session, adapter=target.adapter)
+    call = Call(protocol, parsed, target.adapter, ctx, scope)
+    # split: count the request for the version the split chose from now on: a refusal before
+    # any backend is bound (its breaker open, no ready backend, queue full) is that version's
+    # failure. Labelled "none", a failing canary's refusals would vanish from its metrics.
+    version = target.version or choose_version(model_view, session)
+    scope.version = version or "none"
+    model_view = await _ready_backends(services, call, model_view, version)
+    with child_span("gateway.queue"):
+        await _admit(services, scope, model_view, scope.prompt_estimate + (parsed.max_tokens
+                                                                           or 0))
+    start_shadows(services, call, model_view, version)
+    with child_span("gateway.tokenize"):
+        await tokenize_for_routing(services, call, model_view, model_view.backends_for(version))
+    return await dispatch(request, services, call, model_view, version)
+
+
+async def _ready_backends(services: GatewayServices, call: Call, model_view, version):
+    """The model view with a routable backend; a cold model (or an adapter nobody holds) is
+    started through the control plane and the request held within the cold-start budget."""
+    principal = call.scope.principal
+    if has_candidates(services, services.snapshot, model_view, version, principal):
+        return model_view
+    starter = services.cold_starter
+    requested = call.parsed.model
+    if starter is not None and (model_view.tier in ("cold", "warm") or call.adapter):
+        budget = services.settings.admission.cold_start_budget_s
+        with child_span("gateway.cold_start"):
+            if await starter.ensure_backend(model_view.name, budget, adapter=call.adapter):
+                snapshot = services.snapshot
+                model_view = snapshot.models.get(model_view.name, model_view)
+                if has_candidates(services, snapshot, model_view, version, principal):
+                    return model_view
+        services.metrics.rejections.labels(requested, "cold_start_timeout").inc()
+        raise OpenAIError(503, f"model '{requested}' did not start within {budget:.0f}s",
+                          code="cold_start_timeout", headers={"Retry-After": "5"})
+    services.metrics.rejections.labels(requested, "no_backend").inc()
+    raise OpenAIError(503, f"no ready backend for model '{requested}'",
+                      code="no_ready_backend")
+
+
+async def _admit(services: GatewayServices, scope: RequestScope, model_view, cost: int) -> None:
+    """Wait for an admission slot (weighted fair queue); 429 when full, 503 on timeout."""
+    pool = services.admission_pool(model_view)
+    principal = scope.principal
+    priority = principal.priority if principal.priority in PRIORITIES else "standard"
+    try:
+        await scope.admit(pool, principal.team or principal.key_id, priority, max(1, cost))
+    except QueueFull as exc:
+        raise OpenAIError(429, f"too many queued requests for '{scope.requested}'",
+                          type="rate_limit_error", code="queue_full",
+                          headers={"retry-after": str(max(1, round(exc.retry_after)))})
+    except QueueTimeout as exc:
+        raise OpenAIError(503, f"timed out waiting for capacity on '{scope.requested}'",
+                          code="queue_timeout",
+                          headers={"retry-after": str(max(1, round(exc.retry_after)))})
