@@ -7,35 +7,29 @@
 from __future__ import annotations
 
 import base64
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 # OpenAI's own bound on the inputs of one request.
 MAX_INPUTS = 2048
 
 
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[int], Field(min_length=1)]
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
-    # One text, a list of texts, one token-id list or a list of them (OpenAI's four shapes).
-    input: str | list[str] | list[int] | list[list[int]]
+    # One text, a list of texts, one token-id list or a list of them (OpenAI's four shapes);
+    # none empty, at most MAX_INPUTS inputs.
+    input: (Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)] | TokenIds
+            | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)])
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
-
-    @field_validator("input")
-    @classmethod
-    def _not_empty(cls, value):
-        items = [value] if isinstance(value, str) else value
-        if not items:
-            raise ValueError("input must not be empty")
-        if len(items) > MAX_INPUTS:
-            raise ValueError(f"at most {MAX_INPUTS} inputs per request, got {len(items)}")
-        if any(isinstance(i, (str, list)) and len(i) == 0 for i in items):
-            raise ValueError("input must not contain empty strings or empty token lists")
-        return value
 
     def inputs(self) -> list[str] | list[list[int]]:
         """The inputs as a list: of texts, or of token-id lists."""
