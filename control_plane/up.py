@@ -35,8 +35,8 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
     from .rollouts import RolloutController
     from .rollouts.metrics_source import RegistryMetricsSource
 
-    app = create_gateway_app(_gateway_settings(settings), snapshots)
-    app.state.gateway.cold_starter = InProcessColdStarter(tiers, snapshots)
+    app = create_gateway_app(_gateway_settings(settings), snapshots,
+                             cold_starter=InProcessColdStarter(tiers, snapshots))
     app.state.backend_allowlist = _allowlist(settings)
     registry = app.state.gateway.metrics.registry
     controller = _mount_control_plane(app, sessions, snapshots, registry, tiers,

@@ -18,10 +18,9 @@ from gateway.logging_setup import configure_logging
 from gateway.request_context import RequestContextMiddleware
 from gateway.tracing import configure_from_settings
 from gateway.responses import OrjsonResponse
-from gateway.limits_gate import LimitsGate
 from gateway.routers import chat, completions, health, models
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState, poll_engine_load
+from gateway.state import GatewayServices, build_services, poll_engine_load
 
 log = logging.getLogger("inferplane.gateway")
 # FastAPI releases with built-in OpenTelemetry would add a second server span per request
@@ -30,7 +29,7 @@ _NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
-def _lifespan(state: GatewayState):
+def _lifespan(state: GatewayServices):
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         state.tasks.append(asyncio.create_task(state.metrics.loop.run(), name="loop-monitor"))
@@ -54,12 +53,13 @@ def _lifespan(state: GatewayState):
     return lifespan
 
 
-def create_gateway_app(settings: GatewaySettings, snapshot_source) -> FastAPI:
+def create_gateway_app(settings: GatewaySettings, snapshot_source,
+                       cold_starter=None) -> FastAPI:
+    """`cold_starter` (gateway.coldstart.ColdStarter): starts cold models on demand."""
     if settings.log_json:
         configure_logging(settings.log_level, log_prompts=settings.log_prompts)
     configure_from_settings(settings.tracing)
-    state = GatewayState(settings=settings, snapshot_source=snapshot_source)
-    state.limits = LimitsGate(settings, state.metrics)
+    state = build_services(settings, snapshot_source, cold_starter=cold_starter)
     app = FastAPI(title="Inferplane", default_response_class=OrjsonResponse,
                   lifespan=_lifespan(state), **_NATIVE_TRACING_OFF)
     app.state.gateway = state

@@ -30,7 +30,7 @@ from gateway.resolve import check_access, choose_version, resolve_model
 from gateway.routing import RouteContext
 from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
-from gateway.state import GatewayState as GatewayServices
+from gateway.state import GatewayServices
 from gateway.tracing import child_span
 
 PRIORITIES = ("high", "standard", "batch")

@@ -22,7 +22,7 @@ from gateway.resolve import fallback_views
 from gateway.resume import continuation_body, may_resume
 from gateway.routing import RouteContext
 from gateway.sse_response import SSEResponse
-from gateway.state import GatewayState as GatewayServices
+from gateway.state import GatewayServices
 from gateway.tracing import child_span
 from gateway.upstream_trace import UpstreamTrace
 

@@ -1,16 +1,22 @@
-"""Everything one gateway process holds between requests (hung on app.state.gateway)."""
+"""Everything one gateway process holds between requests (hung on app.state.gateway).
+
+    services = build_services(settings, snapshot_source, cold_starter=starter)
+    app.state.gateway = services           # read by routes: request.app.state.gateway
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from engine_adapter import EngineAdapter, create_adapter
 from engine_adapter.openai_http import Timeouts, create_http_client
 from gateway.admission import AdmissionController
 from gateway.breaker import BreakerConfig, BreakerRegistry
+from gateway.coldstart import ColdStarter
 from gateway.jwt_auth import JWTVerifier
+from gateway.limits_gate import LimitsGate
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Router
 from gateway.routing.kv_events import KvEventIndex
@@ -22,6 +28,11 @@ from gateway.tracing import httpx_trace_hook
 from gateway.usage_record import UsageRecord
 
 log = logging.getLogger("inferplane.gateway")
+
+
+class SnapshotSource(Protocol):
+    """Where the current routing snapshot is read (the control plane republishes it)."""
+    current: object
 
 
 class AdapterPool:
@@ -51,50 +62,24 @@ class AdapterPool:
         await self.client.aclose()
 
 
-@dataclass
-class GatewayState:
+@dataclass(frozen=True, slots=True)
+class GatewayServices:
+    """The services every request uses, built once per process (`build_services`), typed,
+    and never re-bound (the lists are appended to at start-up: usage sinks, background tasks)."""
     settings: GatewaySettings
-    snapshot_source: object
-    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
-    router: Router | None = None
-    adapters: AdapterPool | None = None
+    snapshot_source: SnapshotSource
+    metrics: GatewayMetrics
+    breaker: BreakerRegistry
+    admission: AdmissionController
+    router: Router
+    adapters: AdapterPool
+    limits: LimitsGate
+    shadow: ShadowMirror
+    kv_events: KvEventSubscribers       # vLLM KV event subscriptions (load poller)
     jwt: JWTVerifier | None = None
-    breaker: object | None = None
-    limiter: object | None = None
-    admission: object | None = None
-    limits: object | None = None
-    shadow: ShadowMirror | None = None
-    cold_starter: object | None = None  # gateway.coldstart.ColdStarter, set by the control plane
+    cold_starter: ColdStarter | None = None   # set by the control plane (`inferplane up`)
     usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
-    kv_events: KvEventSubscribers | None = None   # vLLM KV event subscriptions (load poller)
-
-    def __post_init__(self) -> None:
-        b = self.settings.breaker
-        self.breaker = self.breaker or BreakerRegistry(
-            BreakerConfig(consecutive_failures=b.failure_threshold, open_duration_s=b.open_seconds),
-            on_state_change=lambda backend, _old, new: self.metrics.set_breaker(backend, new))
-        a = self.settings.admission
-        m = self.metrics
-        self.admission = self.admission or AdmissionController(
-            max_queue=a.queue_size, queue_timeout_s=a.queue_timeout_s,
-            on_depth=self._on_queue_depth,
-            on_wait=lambda model, prio, wait: m.queue_wait.labels(model, prio).observe(wait),
-            on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
-        self.router = self.router or Router(self.settings.routing, self.metrics, self.breaker)
-        self.adapters = self.adapters or AdapterPool(self.settings)
-        self.kv_events = self.kv_events or KvEventSubscribers(
-            self.settings.routing.kv_events, KvEventIndex(self.router.resident))
-        sh = self.settings.shadow
-        self.shadow = self.shadow or ShadowMirror(max_concurrency=sh.max_concurrent,
-                                                  timeout_s=sh.timeout_s,
-                                                  on_record=self.metrics.shadow_record)
-        if self.jwt is None and self.settings.jwt.enabled:
-            self.jwt = JWTVerifier(self.settings.jwt)
-
-    def _on_queue_depth(self, model: str, _depth: int) -> None:
-        for priority, depth in self.admission.pool(model).depth_by_priority().items():
-            self.metrics.queue_depth.labels(model, priority).set(depth)
 
     def admission_pool(self, model_view):
         """The model's admission pool, its per-backend caps following the snapshot."""
@@ -118,7 +103,38 @@ class GatewayState:
                 log.exception("usage sink failed")
 
 
-async def poll_engine_load(state: GatewayState) -> None:
+def build_services(settings: GatewaySettings, snapshot_source: SnapshotSource, *,
+                   cold_starter: ColdStarter | None = None,
+                   metrics: GatewayMetrics | None = None) -> GatewayServices:
+    """Every service of one gateway process, wired to its metrics."""
+    m = metrics or GatewayMetrics()
+    b, a, sh = settings.breaker, settings.admission, settings.shadow
+    breaker = BreakerRegistry(
+        BreakerConfig(consecutive_failures=b.failure_threshold, open_duration_s=b.open_seconds),
+        on_state_change=lambda backend, _old, new: m.set_breaker(backend, new))
+    admission = AdmissionController(
+        max_queue=a.queue_size, queue_timeout_s=a.queue_timeout_s,
+        on_depth=lambda model, _depth: _queue_depth(m, admission, model),
+        on_wait=lambda model, prio, wait: m.queue_wait.labels(model, prio).observe(wait),
+        on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
+    router = Router(settings.routing, m, breaker)
+    return GatewayServices(
+        settings=settings, snapshot_source=snapshot_source, metrics=m, breaker=breaker,
+        admission=admission, router=router, adapters=AdapterPool(settings),
+        limits=LimitsGate(settings, m),
+        shadow=ShadowMirror(max_concurrency=sh.max_concurrent, timeout_s=sh.timeout_s,
+                            on_record=m.shadow_record),
+        kv_events=KvEventSubscribers(settings.routing.kv_events, KvEventIndex(router.resident)),
+        jwt=JWTVerifier(settings.jwt) if settings.jwt.enabled else None,
+        cold_starter=cold_starter)
+
+
+def _queue_depth(m: GatewayMetrics, admission: AdmissionController, model: str) -> None:
+    for priority, depth in admission.pool(model).depth_by_priority().items():
+        m.queue_depth.labels(model, priority).set(depth)
+
+
+async def poll_engine_load(state: GatewayServices) -> None:
     """Refresh engine-reported load for every backend in the snapshot, forever."""
     interval = state.settings.routing.load_poll_interval_s
     try:
@@ -139,6 +155,6 @@ async def poll_engine_load(state: GatewayState) -> None:
         state.kv_events.close()
 
 
-async def _poll_one(state: GatewayState, backend):
+async def _poll_one(state: GatewayServices, backend):
     async with asyncio.timeout(max(0.5, state.settings.routing.load_poll_interval_s)):
         return await state.adapters.get(backend).load()
