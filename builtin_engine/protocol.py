@@ -1,7 +1,7 @@
 """The engine's OpenAI request models and error shape (the engine imports nothing from the gateway)."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -32,16 +32,19 @@ class StreamOptions(BaseModel):
 
 # OpenAI fields this engine does not implement, with the values that ask for nothing: any
 # other value is refused (400) rather than silently ignored.
-UNSUPPORTED = {"response_format": (None, {"type": "text"}),
-               "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
+UNSUPPORTED = {"functions": (None, []),
                "function_call": (None, "none", "auto"), "best_of": (None, 1), "suffix": (None, ""),
                "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
                "prompt_logprobs": (None,), "audio": (None,), "modalities": (None, ["text"]),
                "prediction": (None,)}
+# Structured output and tools are served on chat completions only.
+COMPLETION_UNSUPPORTED = {**UNSUPPORTED, "response_format": (None, {"type": "text"}),
+                          "tools": (None, []), "tool_choice": (None, "none")}
 
 
 class _GenerationRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
+    unsupported_fields: ClassVar[dict] = UNSUPPORTED
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
@@ -65,7 +68,7 @@ class _GenerationRequest(BaseModel):
     def unsupported_field(self) -> tuple[str, str] | None:
         """(param, what it asks for) of the first field this engine does not do, if any."""
         extra = self.model_extra or {}
-        for name, harmless in UNSUPPORTED.items():
+        for name, harmless in self.unsupported_fields.items():
             value = extra.get(name)
             if not any(value == h and type(value) is type(h) for h in harmless):
                 return name, name
@@ -120,10 +123,59 @@ class _GenerationRequest(BaseModel):
         return None
 
 
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}."""
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: "JsonSchemaFormat | None" = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type json_schema needs json_schema")
+        return self
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class FunctionDefinition(BaseModel):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedToolChoice(BaseModel):
+    class Name(BaseModel):
+        name: str
+
+    type: Literal["function"]
+    function: Name
+
+
+class ToolCall(BaseModel):
+    """An earlier assistant turn's call (rendered back into the prompt)."""
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: dict[str, Any]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -140,9 +192,38 @@ class ChatCompletionRequest(_GenerationRequest):
     continue_final_message: bool = False
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     def logprobs_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def tool_choice_name(self) -> str:
+        """none | auto | required | the named function."""
+        choice = self.tool_choice or ("auto" if self.tools else "none")
+        return choice if isinstance(choice, str) else choice.function.name
+
+    def active_tools(self) -> list[dict]:
+        """The tools the model is offered (none when tool_choice is "none")."""
+        if not self.tools or self.tool_choice_name() == "none":
+            return []
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    @model_validator(mode="after")
+    def _tool_choice(self) -> "ChatCompletionRequest":
+        choice = self.tool_choice_name()
+        if self.tool_choice is not None and choice != "none" and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        names = [t.function.name for t in self.tools or ()]
+        if choice not in ("none", "auto", "required") and choice not in names:
+            raise ValueError(f"tool_choice names {choice!r}, which is not in tools")
+        if len(set(names)) != len(names):
+            raise ValueError("tools: function names must be unique")
+        if self.active_tools() and self.response_format and self.response_format.type != "text":
+            raise ValueError("tools and a JSON response_format cannot be combined")
+        return self
 
     def unsupported_field(self) -> tuple[str, str] | None:
         """Besides the fields: content parts other than text (the models are text-only, and
@@ -170,6 +251,7 @@ class ChatCompletionRequest(_GenerationRequest):
 
 
 class CompletionRequest(_GenerationRequest):
+    unsupported_fields: ClassVar[dict] = COMPLETION_UNSUPPORTED
     prompt: str | list[int] | list[str]
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)

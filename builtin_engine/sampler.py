@@ -1,5 +1,9 @@
-"""Next-token selection for a batch: penalties, logit bias, greedy, temperature, top-k, top-p,
-min_tokens.
+"""Next-token selection for a batch: penalties, logit bias, grammar masks, greedy, temperature,
+top-k, top-p, min_tokens.
+
+Rows with a grammar (structured output, tool calls) get the bitmask their matcher prepared in
+the background during the forward pass; after sampling each matcher is handed its token and
+starts on the next mask. Rows without one pay nothing.
 
 Random draws use the exponential-race form of categorical sampling (argmax of p / E with
 E ~ Exp(1)), so each seeded request consumes exactly one vector of noise from its own
@@ -12,6 +16,7 @@ from collections.abc import Iterable
 import torch
 
 from .sampling_params import SamplingParams
+from .structured.matcher_pool import apply_bitmasks
 
 
 class Sampler:
@@ -27,6 +32,9 @@ class Sampler:
         if histories is not None:
             self._apply_penalties(logits, params, histories)
         self._add_logit_bias(logits, params)
+        grammar_rows = [i for i, p in enumerate(params) if p.grammar is not None]
+        if grammar_rows:
+            apply_bitmasks(logits, grammar_rows, [params[i].grammar.bitmask() for i in grammar_rows])
         self._mask_stops_before_min_tokens(logits, params, num_output_tokens, eos_token_id)
         tokens = logits.argmax(dim=-1)
         random_rows = [i for i, p in enumerate(params) if not p.greedy]
@@ -34,7 +42,10 @@ class Sampler:
             rows = torch.tensor(random_rows, device=logits.device)
             probs = self._probs(logits[rows], [params[i] for i in random_rows])
             tokens[rows] = self._draw(probs, [generators[i] for i in random_rows])
-        return tokens.tolist()
+        tokens = tokens.tolist()
+        for i in grammar_rows:
+            params[i].grammar.advance(tokens[i])
+        return tokens
 
     @staticmethod
     def _apply_penalties(logits: torch.Tensor, params: list[SamplingParams],

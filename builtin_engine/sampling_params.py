@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -20,6 +21,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # OpenAI's: times each output token was generated
     repetition_penalty: float = 1.0  # HF/vLLM's: divides logits of prompt and output tokens
     logprobs: int | None = None  # report the sampled token's logprob and this many top ones
+    # structured.matcher_pool.GrammarState of a constrained request (json_schema, tools):
+    # the sampler masks its row and advances it; one per request, never shared
+    grammar: Any = field(default=None, compare=False, repr=False)
 
     @property
     def has_penalties(self) -> bool:

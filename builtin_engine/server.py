@@ -20,7 +20,9 @@ from .adapters import router as adapter_router
 from .embedding_server import unsupported_router
 from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
-from .serving import TextChunk, generate_text, resolve_max_tokens
+from .serving import (TextChunk, attach_grammar, chat_messages, generate_text,
+                      resolve_max_tokens, tool_call_chunks)
+from .structured.tool_calls import merge_deltas
 from .tracing import EngineTraceMiddleware, traced_outputs
 
 
@@ -62,7 +64,7 @@ class EngineService:
                               code="model_not_found")
 
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        messages = chat_messages(body)
         generation_prompt = body.add_generation_prompt
         if body.continue_final_message and not messages[-1]["content"]:
             messages, generation_prompt = messages[:-1], True  # nothing to extend yet
@@ -108,12 +110,15 @@ class EngineService:
         if any(t < 0 or t >= self.tokenizer.vocab_size for t in params.logit_bias):
             raise EngineError(400, "logit_bias names token ids outside the vocabulary "
                               f"(0..{self.tokenizer.vocab_size - 1})", "logit_bias")
+        await attach_grammar(params, body, self.tokenizer)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
         lora, cache_key = self.adapter_of(body.model)
         chunks = traced_outputs(generate_text(self.engine, self.tokenizer, request_id, prompt_ids,
                                               params, priority=body.priority, extra_key=cache_key,
                                               lora=lora))
+        if kind == "chat" and body.active_tools():
+            chunks = tool_call_chunks(chunks)
         try:  # errors before the first token keep their HTTP status
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -129,12 +134,13 @@ class EngineService:
             return StreamingResponse(render.stream(first, chunks, include_usage),
                                      media_type="text/event-stream",
                                      headers={"x-request-id": request_id})
-        text, last, logprobs = first.text, first, list(first.logprobs)
+        text, last, logprobs, calls = first.text, first, list(first.logprobs), first.tool_calls
         async for chunk in chunks:
             text += chunk.text
             last = chunk
             logprobs += chunk.logprobs
-        return JSONResponse(render.full(text, last, logprobs),
+            calls = calls + chunk.tool_calls
+        return JSONResponse(render.full(text, last, logprobs, merge_deltas(calls)),
                             headers={"x-request-id": request_id})
 
 
@@ -156,12 +162,16 @@ class _Renderer:
         self.offset += sum(len(t) for t in rendered["tokens"])
         return rendered
 
-    def _choice(self, text: str, finish: str | None, delta: bool, logprobs: list) -> dict:
+    def _choice(self, text: str, finish: str | None, delta: bool, logprobs: list,
+                tool_calls: list[dict] | None = None) -> dict:
         if self.kind != "chat":
             return {"index": 0, "text": text, "finish_reason": finish,
                     "logprobs": self._logprobs(logprobs)}
         key = "delta" if delta else "message"
         content = {"content": text} if delta else {"role": "assistant", "content": text}
+        if tool_calls:  # streaming: delta.tool_calls entries; whole message: the calls
+            content["tool_calls"] = tool_calls
+            content["content"] = text or None
         return {"index": 0, key: content, "finish_reason": finish,
                 "logprobs": self._logprobs(logprobs)}
 
@@ -170,8 +180,9 @@ class _Renderer:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": choices}
 
-    def full(self, text: str, last: TextChunk, logprobs: list) -> dict:
-        choice = self._choice(self.echo + text, last.finish_reason, False, logprobs)
+    def full(self, text: str, last: TextChunk, logprobs: list,
+             tool_calls: list[dict] | None = None) -> dict:
+        choice = self._choice(self.echo + text, last.finish_reason, False, logprobs, tool_calls)
         body = self._envelope([choice], False)
         body["usage"] = _usage(last)
         return body
@@ -185,13 +196,15 @@ class _Renderer:
         last = first
         if self.echo:
             yield _sse(self._envelope([self._choice(self.echo, None, True, [])], True))
-        if first.text or first.finish_reason:
+        if first.text or first.finish_reason or first.tool_calls:
             yield _sse(self._envelope([self._choice(first.text, first.finish_reason, True,
-                                                    first.logprobs)], True))
+                                                    first.logprobs, first.tool_calls)], True))
         async for chunk in rest:
             last = chunk
+            if not (chunk.text or chunk.finish_reason or chunk.tool_calls or chunk.logprobs):
+                continue  # all of it held back by the tool-call parser
             yield _sse(self._envelope([self._choice(chunk.text, chunk.finish_reason, True,
-                                                    chunk.logprobs)], True))
+                                                    chunk.logprobs, chunk.tool_calls)], True))
         if include_usage:
             tail = self._envelope([], True)
             tail["usage"] = _usage(last)

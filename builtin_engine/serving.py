@@ -1,11 +1,16 @@
-"""From token ids to text: incremental detokenisation, stop strings and usage for one request."""
+"""From token ids to text: incremental detokenisation, stop strings and usage for one request;
+grammars attached to constrained chat requests and their tool calls parsed out of the text."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import asyncio
+from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
-from .protocol import EngineError
+from .protocol import ChatCompletionRequest, EngineError
 from .sampling_params import SamplingParams
+from .structured.grammar import StructuredRequest, compiler_for
+from .structured.matcher_pool import GrammarState
+from .structured.tool_calls import ToolCallStream, render_messages
 
 
 @dataclass
@@ -17,6 +22,7 @@ class TextChunk:
     cached_tokens: int
     queue_time_s: float | None = None
     logprobs: list = field(default_factory=list)  # TokenLogprob of the tokens behind `text`
+    tool_calls: list[dict] = field(default_factory=list)  # OpenAI delta.tool_calls entries
 
 
 def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: int,
@@ -95,3 +101,48 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
     finally:
         if not finished:  # client went away or the consumer stopped early
             engine.abort(request_id)
+
+
+def chat_messages(body: ChatCompletionRequest) -> list[dict]:
+    """The request's messages as template input: tools in the system prompt, earlier tool
+    calls and tool results as text (structured/tool_calls.py documents the format)."""
+    messages = []
+    for m in body.messages:
+        message = {"role": m.role, "content": m.text()}
+        if m.tool_calls:
+            message["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+        messages.append(message)
+    return render_messages(messages, body.active_tools())
+
+
+async def attach_grammar(params: SamplingParams, body, tokenizer) -> None:
+    """Constrain a chat request that asks for JSON or offers tools: compile its grammar (off
+    the event loop; cached per schema) and give params a matcher of its own."""
+    if not isinstance(body, ChatCompletionRequest):
+        return
+    choice = body.tool_choice_name()
+    request = StructuredRequest(
+        response_format=body.response_format.model_dump(by_alias=True)
+        if body.response_format else None,
+        tools=tuple(body.active_tools()), tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls)
+    if not request.constrains:
+        return
+    compiler = await asyncio.to_thread(compiler_for, tokenizer)
+    compiled = await asyncio.to_thread(compiler.compile, request)
+    if compiled is not None:
+        params.grammar = GrammarState(compiled, compiler.vocab_size)
+
+
+async def tool_call_chunks(chunks: AsyncIterator[TextChunk]) -> AsyncIterator[TextChunk]:
+    """Text chunks -> content plus delta.tool_calls; a turn that called a tool and stopped
+    finishes with "tool_calls"."""
+    parser = ToolCallStream()
+    async for chunk in chunks:
+        content, deltas = parser.push(chunk.text)
+        if chunk.finish_reason is not None:
+            content += parser.finish()
+        reason = chunk.finish_reason
+        if reason == "stop" and parser.called:
+            reason = "tool_calls"
+        yield replace(chunk, text=content, tool_calls=deltas, finish_reason=reason)
