@@ -13,6 +13,7 @@ released by its `close` (here on failure, at the end of the answer otherwise).
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from gateway.shadow import start_shadows
 from gateway.state import GatewayServices
 from gateway.tracing import child_span
 
+log = logging.getLogger("inferplane.gateway")
 PRIORITIES = ("high", "standard", "batch")
 
 
@@ -54,6 +56,8 @@ async def handle(request: Request, principal, endpoint: Endpoint) -> Response:
         scope = await limit(services, principal, endpoint, parsed, target, started)
     except InferplaneError as exc:
         return endpoint.error_response(exc)
+    except Exception:
+        return _internal_error(endpoint)
     try:
         return await _serve(request, services, scope, target)
     except InferplaneError as exc:
@@ -62,9 +66,18 @@ async def handle(request: Request, principal, endpoint: Endpoint) -> Response:
     except ClientGone:
         await scope.close(CLIENT_CLOSED)
         return Response(status_code=CLIENT_CLOSED)
-    except BaseException:
+    except Exception:
+        await scope.close(500)
+        return _internal_error(endpoint)
+    except BaseException:   # cancelled (server shutdown): released, and the cancel goes on
         await scope.close(500)
         raise
+
+
+def _internal_error(endpoint: Endpoint) -> Response:
+    """A bug in a stage: logged with its traceback, answered as a 500 in the API's shape."""
+    log.exception("unhandled error in the %s pipeline", endpoint.name)
+    return endpoint.error_response(InferplaneError("internal error"))
 
 
 async def _read_body(request: Request, services: GatewayServices) -> bytes:

@@ -182,6 +182,7 @@ def test_a_failure_at_each_stage_releases_everything(gw, handed, engines, monkey
         assert r.status_code == 200   # the answer was complete before the books closed
     else:
         assert r.status_code == 500, (stage, r.status_code, r.text)
+        assert r.json()["error"]["code"] == "internal_error"   # the endpoint's error shape
     assert_released(gw, handed, engines)
     # a request refused before its scope exists is not accounted, nor one whose accounting broke
     assert _served(gw, "500") == before + (stage not in ("limit", "account"))
