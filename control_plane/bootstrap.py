@@ -16,6 +16,7 @@ from registry.models import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
 from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
+from registry.vocabulary import BackendState, EngineKind, Tier
 
 from .settings import ModelSpec, Settings
 from .supervisor import EngineSpec, free_port
@@ -68,15 +69,16 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
             for b in spec.backends:
                 session.add(Backend(model_id=model.id, url=b.url.rstrip("/"), engine=b.engine,
                                     served_model=b.served_model or spec.name, gpu_type=b.gpu,
-                                    weight=b.weight, tier=spec.tier, state="ready", managed=False))
-            if spec.engine == "builtin" and not spec.backends and spec.tier == "hot":
+                                    weight=b.weight, tier=spec.tier, state=BackendState.READY, managed=False))
+            if spec.engine == EngineKind.BUILTIN and not spec.backends and spec.tier == Tier.HOT:
                 for _ in range(max(spec.replicas, 1)):
                     port = free_port(preferred=port) + 1
                     engine = EngineSpec(name=spec.name, model=spec.model or spec.name,
                                         port=port - 1, args=dict(spec.engine_args))
                     specs.append(engine)
-                    session.add(Backend(model_id=model.id, url=engine.url, engine="builtin",
-                                        served_model=spec.name, tier=spec.tier, state="starting",
+                    session.add(Backend(model_id=model.id, url=engine.url,
+                                        engine=EngineKind.BUILTIN, served_model=spec.name,
+                                        tier=spec.tier, state=BackendState.STARTING,
                                         managed=True, command=engine.command(), port=engine.port))
         bump_version(session)
     return specs

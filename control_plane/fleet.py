@@ -61,7 +61,7 @@ async def running_fleet(settings: Settings, sessions, snapshots):
     engines = register_models(sessions, settings)
     supervisor = EngineSupervisor(on_state=on_state, ready_timeout_s=settings.engine_ready_timeout_s)
     tiers = TierManager(sessions, supervisor, snapshots.refresh,
-                        tier_config_from_settings(settings, **settings.tiers))
+                        tier_config_from_settings(settings))
     fleet = Fleet(tiers)
     try:
         if engines:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import sessionmaker
 from registry.models import Backend
 
 from registry.errors import InvalidError
+from registry.vocabulary import BackendState
 
 from .backend_allowlist import DEFAULT, BackendAllowlist
 from .bootstrap import set_backend_state
@@ -57,7 +58,8 @@ class HealthProber:
         for (url, state), healthy in zip(targets, results):
             misses = 0 if healthy else self._misses.get(url, 0) + 1
             self._misses[url] = misses
-            wanted = "ready" if healthy else ("down" if misses >= self.failures_to_down else state)
+            wanted = (BackendState.READY if healthy
+                      else BackendState.DOWN if misses >= self.failures_to_down else state)
             if wanted != state:
                 log.info("backend %s is now %s", url, wanted)
                 changed |= await asyncio.to_thread(set_backend_state, self.sessions, url, wanted,

@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from registry.models import Backend, Model
+from registry.vocabulary import BackendState, Tier
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class BackendHealthGauge:
         with sessions() as session:
             rows = session.execute(select(Model.name, Backend.id, Backend.state)
                                    .join(Model, Model.id == Backend.model_id)
-                                   .where(Backend.tier != "cold")).all()
-        return [BackendHealth(name, str(backend_id), state == "ready")
+                                   .where(Backend.tier != Tier.COLD)).all()
+        return [BackendHealth(name, str(backend_id), state == BackendState.READY)
                 for name, backend_id, state in rows]
 
     def publish(self, rows: list[BackendHealth]) -> None:

@@ -2,6 +2,14 @@
 
 With no file, the embedded default applies: SQLite under .inferplane/, in-memory limits, and the
 built-in engine serving smollm2-135m-instruct (chat) and all-minilm-l6-v2 (embeddings).
+
+Every section is a pydantic model that refuses unknown keys, validated once when the file
+loads; a bad file is refused there with each offending key's full path::
+
+    settings = load_settings("inferplane.yaml")
+    # SettingsError: inferplane.yaml: gateway.routing.strategyy: unknown key
+    settings.gateway            # GatewaySettings, with the top-level routing/redis_url applied
+    settings.tiers              # TierSettings
 """
 from __future__ import annotations
 
@@ -11,9 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.modalities import Modality
+from gateway.settings import GatewaySettings, RoutingSettings
+from registry.vocabulary import EngineKind, RoutingStrategy, Tier
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -23,7 +33,7 @@ DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"  # served beside it: /v1/embeddings
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str
-    engine: str = "openai"
+    engine: str = EngineKind.OPENAI   # open: any OpenAI-compatible server
     served_model: str | None = None
     gpu: str | None = None
     weight: float = Field(1.0, gt=0)
@@ -33,12 +43,12 @@ class BackendSpec(BaseModel):
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
-    engine: str = "builtin"
+    engine: str = EngineKind.BUILTIN
     model: str | None = None  # builtin engine model reference (name, .gguf path or HF dir)
-    tier: Literal["hot", "warm", "cold"] = "hot"
+    tier: Tier = Tier.HOT
     replicas: int = Field(1, ge=0)
     context_length: int | None = None
-    routing: str | None = None
+    routing: RoutingStrategy | None = None
     fallbacks: list[str] = Field(default_factory=list)
     engine_args: dict[str, Any] = Field(default_factory=dict)
     backends: list[BackendSpec] = Field(default_factory=list)
@@ -49,7 +59,7 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _builtin_needs_model(self) -> "ModelSpec":
-        if self.engine == "builtin" and not self.backends and not self.model:
+        if self.engine == EngineKind.BUILTIN and not self.backends and not self.model:
             self.model = self.name
         return self
 
@@ -83,6 +93,42 @@ class BackendSettings(BaseModel):
     allowed_networks: list[str] = Field(default_factory=list)
 
 
+class TierSettings(BaseModel):
+    """The `tiers:` settings section: the tier manager's tunables, checked when the file loads
+    (unknown keys refused with their path, e.g. `tiers.idle_ss: unknown key`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # Engines the manager may run at once (hot + warm + started cold engines).
+    max_engines: int = Field(4, ge=1)
+    # A cold engine with no request for this long is stopped (scale to zero).
+    idle_s: float = Field(300.0, gt=0)
+    # Longest a cold start may take before the waiting requests give up
+    # (from settings: engine_ready_timeout_s unless the section sets it).
+    start_timeout_s: float = Field(600.0, gt=0)
+    # Promotion/demotion between warm and cold: requests per second over `rate_window_s`.
+    # Two thresholds (promote above the first, demote below the second) plus a minimum
+    # dwell time in a tier, so a rate hovering near one threshold does not flap.
+    promote_rps: float = Field(1.0, ge=0)
+    demote_rps: float = Field(0.2, ge=0)
+    rate_window_s: float = Field(60.0, gt=0)
+    min_dwell_s: float = Field(300.0, ge=0)
+    # Warm tier: LoRA slots per engine and the shortest residency before an adapter can be
+    # evicted (loading costs seconds; evicting a just-loaded adapter would thrash).
+    max_loras: int = Field(4, ge=1)
+    min_residency_s: float = Field(30.0, ge=0)
+    tick_s: float = Field(1.0, gt=0)
+    host: str = "127.0.0.1"
+    # first port of started engines (from settings: engine_port_base + 100 unless set here)
+    port_base: int = Field(8200, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> "TierSettings":
+        if self.demote_rps >= self.promote_rps:
+            raise ValueError(f"demote_rps ({self.demote_rps}) must be below promote_rps "
+                             f"({self.promote_rps}) for hysteresis")
+        return self
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     data_dir: str = ".inferplane"
@@ -94,10 +140,10 @@ class Settings(BaseModel):
     engine_ready_timeout_s: float = 600.0
     models: list[ModelSpec] = Field(default_factory=lambda: [
         ModelSpec(name=DEFAULT_MODEL), ModelSpec(name=DEFAULT_EMBEDDING_MODEL)])
-    routing: dict[str, Any] = Field(default_factory=dict)
-    gateway: dict[str, Any] = Field(default_factory=dict)  # passed to GatewaySettings
+    routing: RoutingSettings | None = None  # shorthand for gateway.routing (that one wins)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     mlflow: MlflowSettings | None = None  # optional Model Registry sync
-    tiers: dict[str, Any] = Field(default_factory=dict)  # TierConfig fields (idle_s, max_engines...)
+    tiers: TierSettings = Field(default_factory=TierSettings)
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
     rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
     health_interval_s: float = Field(2.0, gt=0, le=300)  # probe rounds of unmanaged backends
@@ -112,12 +158,37 @@ class Settings(BaseModel):
             return self.database_url
         return f"sqlite:///{Path(self.data_dir).resolve() / 'inferplane.db'}"
 
-    def gateway_settings_dict(self) -> dict[str, Any]:
-        merged = dict(self.gateway)
-        merged.setdefault("redis_url", self.redis_url)
-        if self.routing:
-            merged.setdefault("routing", self.routing)
-        return merged
+    @model_validator(mode="after")
+    def _gateway_inherits(self) -> "Settings":
+        """Top-level `routing:` and `redis_url:` apply to the gateway unless its own section
+        sets them."""
+        given = self.gateway.model_fields_set
+        if self.routing is not None and "routing" not in given:
+            self.gateway.routing = self.routing
+        if "redis_url" not in given:
+            self.gateway.redis_url = self.redis_url
+        return self
+
+
+class SettingsError(ValueError):
+    """A settings file refused at load: one line per problem, each naming the key's path."""
+
+
+def _key_path(loc: tuple) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def describe_errors(exc: ValidationError, source: str) -> str:
+    """`source: gateway.routing.strategyy: unknown key`, one line per error."""
+    lines = []
+    for error in exc.errors():
+        message = ("unknown key" if error["type"] == "extra_forbidden"
+                   else str(error["msg"]).removeprefix("Value error, "))
+        lines.append(f"{source}: {_key_path(error['loc'])}: {message}")
+    return "\n".join(lines)
 
 
 def interpolate_env(text: str) -> str:
@@ -132,9 +203,17 @@ def interpolate_env(text: str) -> str:
 
 
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
+    """The validated settings of a YAML file (the embedded default without one); a file that
+    cannot be read or does not fit raises SettingsError naming each bad key's path."""
     if path is None:
         return Settings()
-    raw = yaml.safe_load(interpolate_env(Path(path).read_text())) or {}
+    try:
+        raw = yaml.safe_load(interpolate_env(Path(path).read_text())) or {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SettingsError(f"{path}: {exc}") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: the top level must be a mapping")
-    return Settings.model_validate(raw)
+        raise SettingsError(f"{path}: the top level must be a mapping")
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, str(path))) from None

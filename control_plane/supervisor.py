@@ -22,6 +22,7 @@ import httpx
 
 from builtin_engine.api_key import API_KEY_ENV
 from engine_adapter import engine_keys
+from registry.vocabulary import BackendState
 
 log = logging.getLogger("inferplane.supervisor")
 
@@ -146,7 +147,7 @@ class EngineSupervisor:
     async def start(self, spec: EngineSpec, wait: bool = True) -> EngineProcess:
         proc = EngineProcess(spec)
         self.processes[spec.name + f":{spec.port}"] = proc
-        await self._report(spec, "starting")
+        await self._report(spec, BackendState.STARTING)
         await proc.start()
         if wait:
             await self._await_ready(proc)
@@ -157,9 +158,9 @@ class EngineSupervisor:
         try:
             await proc.wait_ready(self.ready_timeout_s)
         except Exception:
-            await self._report(proc.spec, "down")
+            await self._report(proc.spec, BackendState.DOWN)
             raise
-        await self._report(proc.spec, "ready")
+        await self._report(proc.spec, BackendState.READY)
 
     async def _watchdog(self, proc: EngineProcess) -> None:
         backoff = 1.0
@@ -169,7 +170,7 @@ class EngineSupervisor:
                 return
             log.warning("engine %s exited (code %s); restarting in %.0fs",
                         proc.spec.name, proc.proc.returncode, backoff)
-            await self._report(proc.spec, "down")
+            await self._report(proc.spec, BackendState.DOWN)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 60.0)
             await proc.start()
@@ -186,7 +187,7 @@ class EngineSupervisor:
             task.cancel()
         if proc:
             await proc.stop()
-            await self._report(proc.spec, "down")
+            await self._report(proc.spec, BackendState.DOWN)
 
     async def stop_all(self) -> None:
         self._stopping = True

@@ -11,12 +11,12 @@ Call pattern::
     pool = admission.pool("smollm2")
     pool.set_backends({"b1": 8, "b2": 8})                 # from the snapshot: in-flight caps
     try:
-        async with pool.admit(tenant=key.team, priority="standard", cost=tokens) as ticket:
+        async with pool.admit(tenant=key.team, priority=Priority.STANDARD, cost=tokens) as ticket:
             backend = router.pick([b for b in candidates if pool.has_room(b.id)])
             ticket.bind(backend.id)                       # counts against that backend's cap
             ...                                           # serve; the slot is released on exit
-    except QueueFull as exc:     -> 429, Retry-After: exc.retry_after
-    except QueueTimeout as exc:  -> 503, Retry-After: exc.retry_after
+    # QueueFull (429) and QueueTimeout (503) are InferplaneErrors with Retry-After: let them
+    # reach the edge handler.
 
 A granted ticket guarantees some backend has room (tickets never outnumber the summed caps).
 A waiter whose task is cancelled (client gone) leaves the queue; a granted slot is released
@@ -33,21 +33,30 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Mapping
 
-PRIORITY_WEIGHTS: dict[str, float] = {"high": 8.0, "standard": 4.0, "batch": 1.0}
+from gateway.errors import InferplaneError
+from registry.vocabulary import Priority
+
+PRIORITY_WEIGHTS: dict[str, float] = {Priority.HIGH: 8.0, Priority.STANDARD: 4.0,
+                                      Priority.BATCH: 1.0}
 
 
-class AdmissionRejected(Exception):
+class AdmissionRejected(InferplaneError):
+    """No slot for this request; `retry_after` (seconds) is also sent as Retry-After."""
+
     def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
 
 
 class QueueFull(AdmissionRejected):
-    """The pool's queue is at max_queue: answer 429 with Retry-After."""
+    """The pool's queue is at max_queue: 429 with Retry-After."""
+
+    status, code = 429, "queue_full"
 
 
 class QueueTimeout(AdmissionRejected):
-    """Waited queue_timeout_s without a slot: answer 503 with Retry-After."""
+    """Waited queue_timeout_s without a slot: 503 with Retry-After."""
+
+    status, code = 503, "queue_timeout"
 
 
 @dataclass
@@ -147,7 +156,7 @@ class AdmissionPool:
 
     # ---- admission ---------------------------------------------------------------------------
     @asynccontextmanager
-    async def admit(self, tenant: str, priority: str = "standard", cost: int = 1,
+    async def admit(self, tenant: str, priority: str = Priority.STANDARD, cost: int = 1,
                     timeout_s: float | None = None) -> AsyncIterator[Ticket]:
         ticket = await self._acquire(tenant, priority, cost, timeout_s)
         try:
@@ -161,7 +170,7 @@ class AdmissionPool:
             raise ValueError(f"unknown priority {priority!r}; expected one of {list(self.weights)}")
         if self.depth >= self.max_queue and self._granted >= self.capacity:
             self._reject("queue_full")
-            raise QueueFull(f"admission queue for {self.name} is full", self.retry_after())
+            raise QueueFull(f"too many queued requests for '{self.name}'", self.retry_after())
         cost = max(1, int(cost))
         if self.depth == 0 and self._granted < self.capacity:
             return self._grant_now(tenant, priority, cost)
@@ -174,7 +183,7 @@ class AdmissionPool:
             if waiter.state != "granted":
                 self._remove(waiter)
                 self._reject("queue_timeout")
-                raise QueueTimeout(f"no capacity for {self.name} within the queue timeout",
+                raise QueueTimeout(f"timed out waiting for capacity on '{self.name}'",
                                    self.retry_after()) from None
         except BaseException:
             # Client gone (cancelled) while waiting, or granted at that very moment.

@@ -22,39 +22,12 @@ of permits issued before the last state change are ignored: they describe the ol
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-
-class BreakerState(enum.StrEnum):
-    """The breaker states, compared as their names ("open" == BreakerState.OPEN).
-
-    `code` is the value of inferplane_circuit_breaker_state; the gauge, the dashboards and
-    the alert rules all read it from here. Codes grow with severity so that `max` over
-    replicas or over a time window shows the worst state seen.
-    """
-
-    CLOSED = "closed"
-    HALF_OPEN = "half_open"
-    OPEN = "open"
-
-    @property
-    def code(self) -> int:
-        return list(BreakerState).index(self)
-
-    @property
-    def label(self) -> str:
-        """Human name for legends and docs: "half-open"."""
-        return self.value.replace("_", "-")
-
-    @classmethod
-    def legend(cls) -> str:
-        """ "0 closed, 1 half-open, 2 open": the gauge's help text and the panel description."""
-        return ", ".join(f"{s.code} {s.label}" for s in cls)
-
+from registry.vocabulary import BreakerState  # states and their gauge codes, defined once
 
 CLOSED, HALF_OPEN, OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN
 STATE_CODES = {state: state.code for state in BreakerState}    # gauge values for metrics
@@ -196,7 +169,7 @@ class CircuitBreaker:
         while self._outcomes and self._outcomes[0][0] < horizon:
             self._outcomes.popleft()
 
-    def _transition(self, new: str) -> None:
+    def _transition(self, new: BreakerState) -> None:
         old, self._state = self._state, new
         self._generation += 1
         if new == OPEN:
@@ -240,7 +213,7 @@ class BreakerRegistry:
     def record_failure(self, backend_id: str) -> None:
         self.get(backend_id).record(False)
 
-    def states(self) -> dict[str, str]:
+    def states(self) -> dict[str, BreakerState]:
         return {b: breaker.state for b, breaker in self._breakers.items()}
 
     def forget(self, keep: set[str]) -> None:

@@ -1,12 +1,17 @@
-"""Gateway configuration (the `gateway:` section of the YAML file, plus `routing` and `redis_url`)."""
+"""Gateway configuration (the `gateway:` section of the YAML file, plus `routing` and `redis_url`).
+
+Every section refuses unknown keys; control_plane.settings.load_settings validates the whole
+file once and names a bad key by its path (`gateway.routing.strategyy: unknown key`)::
+
+    GatewaySettings.model_validate({"routing": {"strategy": "p2c"}, "retries": 1})
+"""
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Strategy = Literal["round_robin", "least_loaded", "p2c", "prefix_aware", "weighted",
-                   "lora_affinity", "session_affinity"]
+from registry.vocabulary import RoutingStrategy
 
 
 class _Section(BaseModel):
@@ -21,8 +26,8 @@ class KvEventsSource(_Section):
 
 
 class RoutingSettings(_Section):
-    strategy: Strategy = "least_loaded"
-    per_model: dict[str, Strategy] = Field(default_factory=dict)
+    strategy: RoutingStrategy = RoutingStrategy.LEAST_LOADED
+    per_model: dict[str, RoutingStrategy] = Field(default_factory=dict)
     # prefix_aware: characters per hashed prompt block, and per-backend LRU capacity in blocks
     prefix_block_chars: int = Field(256, ge=16)
     prefix_index_blocks: int = Field(50_000, ge=1)

@@ -10,6 +10,7 @@ from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstrain
 from sqlalchemy.orm import Mapped, mapped_column
 
 from registry.models import BUDGET_PERIODS, PRIORITIES, ROLES, Base, Timestamps, Versioned, one_of, utcnow
+from registry.vocabulary import Priority, Role
 
 
 class Team(Versioned, Timestamps, Base):
@@ -37,14 +38,14 @@ class ApiKey(Versioned, Timestamps, Base):
     prefix: Mapped[str] = mapped_column(String(20))
     name: Mapped[str] = mapped_column(String(200))
     team: Mapped[str | None] = mapped_column(String(200), index=True)
-    role: Mapped[str] = mapped_column(String(20), default="user")
+    role: Mapped[str] = mapped_column(String(20), default=Role.USER.value)
     models: Mapped[list[Any] | None] = mapped_column()
     rpm_limit: Mapped[int | None] = mapped_column(Integer)
     tpm_limit: Mapped[int | None] = mapped_column(Integer)
     max_budget: Mapped[float | None] = mapped_column(Float)
     budget_period: Mapped[str | None] = mapped_column(String(10))
     spend: Mapped[float] = mapped_column(Float, default=0.0)  # lifetime, charged from usage
-    priority: Mapped[str] = mapped_column(String(20), default="standard")
+    priority: Mapped[str] = mapped_column(String(20), default=Priority.STANDARD.value)
     expires_at: Mapped[datetime | None] = mapped_column()
     revoked_at: Mapped[datetime | None] = mapped_column()
 

@@ -14,6 +14,7 @@ from registry.errors import ConflictError, InvalidError, NotFoundError
 from registry.keys import KEY_PREFIX, display_prefix, generate_key, hash_key
 from registry.models import ApiKey, Team, Usage, utcnow
 from registry.named import create_named, get_named
+from registry.vocabulary import Priority, Role
 
 MIN_SECRET_LEN = 20  # imported secrets shorter than this are guessable
 
@@ -34,7 +35,7 @@ def check_team(session: Session, team: str | None) -> None:
 
 
 def _active_admins(now: datetime):
-    return select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None),
+    return select(ApiKey.id).where(ApiKey.role == Role.ADMIN, ApiKey.revoked_at.is_(None),
                                    or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now))
 
 
@@ -71,10 +72,10 @@ def _checked_secret(session: Session, secret: str | None) -> str:
     return secret
 
 
-def create_key(session: Session, name: str, *, role: str = "user", team: str | None = None,
+def create_key(session: Session, name: str, *, role: str = Role.USER, team: str | None = None,
                models: list[str] | None = None, rpm_limit: int | None = None,
                tpm_limit: int | None = None, max_budget: float | None = None,
-               budget_period: str | None = None, priority: str = "standard", expires_at: datetime | None = None,
+               budget_period: str | None = None, priority: str = Priority.STANDARD, expires_at: datetime | None = None,
                secret: str | None = None) -> tuple[ApiKey, str]:
     """Returns (row, secret). The secret is shown to the caller once and never stored.
 

@@ -15,8 +15,10 @@ from sqlalchemy.orm import Session
 
 from registry.errors import ConflictError
 from registry.models import Alias, Model, ModelVersion, Rollout
+from registry.vocabulary import RolloutState
 
-LIVE_ROLLOUT_STATES = ("pending", "running", "paused")  # not yet promoted, rolled back, aborted
+LIVE_ROLLOUT_STATES = (RolloutState.PENDING, RolloutState.RUNNING,  # not yet promoted,
+                       RolloutState.PAUSED)                     # rolled back, aborted
 
 
 def _live_rollouts(session: Session, model: Model):

@@ -1,33 +1,31 @@
-"""Registry errors carry what an API layer needs to answer precisely (param, code)."""
+"""Registry refusals: domain errors carrying what the API answers (status, param, code).
+
+    raise NotFoundError(f"model '{name}' not found", param="name")     # -> 404 not_found
+"""
 
 from __future__ import annotations
 
+from gateway.errors import InferplaneError
 
-class RegistryError(Exception):
-    code = "registry_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code:
-            self.code = code
+class RegistryError(InferplaneError):
+    status, code = 400, "registry_error"
 
 
 class NotFoundError(RegistryError):
-    code = "not_found"
+    status, code = 404, "not_found"
 
 
 class ConflictError(RegistryError):
     """Duplicate name, or a write based on a stale row version."""
 
-    code = "conflict"
+    status, code, type = 409, "conflict", "conflict_error"
 
 
 class InvalidError(RegistryError):
     """The request is well-formed but inconsistent with the registry (e.g. unknown base version)."""
 
-    code = "invalid_value"
+    status, code = 422, "invalid_value"
 
 
 def check_row_version(row, expected: int | None, what: str) -> None:

@@ -28,6 +28,7 @@ from registry.mlflow_state import load_base, save_base
 from registry.models import Alias, Model, ModelVersion
 from registry.queries import add_version, audit, delete_alias, set_alias, upsert_model
 from registry.serialize import row_to_dict
+from registry.vocabulary import VersionKind
 
 if TYPE_CHECKING:
     from registry.mlflow_sync import SyncReport
@@ -88,8 +89,8 @@ class ModelMerge:
         for rv in self.remote.versions:
             if rv.label in known:
                 continue
-            kind = rv.tags.get(TAG_KIND, "full")
-            base = rv.tags.get(TAG_BASE) if kind == "lora" else None
+            kind = rv.tags.get(TAG_KIND, VersionKind.FULL)
+            base = rv.tags.get(TAG_BASE) if kind == VersionKind.LORA else None
             try:
                 with self.session.begin_nested():
                     row = add_version(self.session, self.local, rv.label, kind=kind,

@@ -26,14 +26,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
-TIERS = ("hot", "warm", "cold")
-VERSION_KINDS = ("full", "lora")
-VERSION_STATUSES = ("registered", "ready", "deprecated", "archived")
-BACKEND_STATES = ("starting", "ready", "down", "draining")
-ROLES = ("admin", "operator", "user")
-PRIORITIES = ("high", "standard", "batch")
-BUDGET_PERIODS = ("hour", "day", "week", "month")  # UTC calendar periods; NULL = lifetime
-ROLLOUT_STATES = ("pending", "running", "paused", "promoted", "rolled_back", "aborted")
+from registry.vocabulary import (BackendState, BudgetPeriod, EngineKind, Priority, Role,
+                                 RolloutState, Tier, VersionKind, VersionStatus, values)
+
+# The CHECK constraints' allowed values (their text is what the migrations created).
+TIERS = values(Tier)
+VERSION_KINDS = values(VersionKind)
+VERSION_STATUSES = values(VersionStatus)
+BACKEND_STATES = values(BackendState)
+ROLES = values(Role)
+PRIORITIES = values(Priority)
+BUDGET_PERIODS = values(BudgetPeriod)  # UTC calendar periods; NULL = lifetime
+ROLLOUT_STATES = values(RolloutState)
 
 # Deterministic constraint names keep Alembic batch migrations (SQLite table rebuilds) and
 # downgrades able to address constraints by name on every backend.
@@ -83,7 +87,7 @@ class Model(Versioned, Timestamps, Base):
     context_length: Mapped[int | None] = mapped_column(Integer)
     routing: Mapped[str | None] = mapped_column(String(50))  # None: the gateway default
     fallbacks: Mapped[list[Any]] = mapped_column(default=list)
-    tier: Mapped[str] = mapped_column(String(10), default="hot")
+    tier: Mapped[str] = mapped_column(String(10), default=Tier.HOT.value)
     price_in_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
     price_out_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
     # content types the model reads (gateway.modalities); text-only unless declared
@@ -109,7 +113,7 @@ class ModelVersion(Versioned, Timestamps, Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     label: Mapped[str] = mapped_column(String(100))
-    kind: Mapped[str] = mapped_column(String(10), default="full")
+    kind: Mapped[str] = mapped_column(String(10), default=VersionKind.FULL.value)
     base_version_id: Mapped[int | None] = mapped_column(
         ForeignKey("model_versions.id", ondelete="SET NULL"))
     source_uri: Mapped[str | None] = mapped_column(Text)
@@ -117,7 +121,7 @@ class ModelVersion(Versioned, Timestamps, Base):
     engine_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
     precision: Mapped[str | None] = mapped_column(String(20))
     checksum: Mapped[str | None] = mapped_column(String(128))
-    status: Mapped[str] = mapped_column(String(20), default="registered")
+    status: Mapped[str] = mapped_column(String(20), default=VersionStatus.REGISTERED.value)
 
     model: Mapped[Model] = relationship(back_populates="versions", foreign_keys=[model_id])
     base_version: Mapped[ModelVersion | None] = relationship(remote_side=[id])
@@ -189,12 +193,12 @@ class Backend(Versioned, Timestamps, Base):
     version_id: Mapped[int | None] = mapped_column(
         ForeignKey("model_versions.id", ondelete="SET NULL"))
     url: Mapped[str] = mapped_column(String(500))
-    engine: Mapped[str] = mapped_column(String(50), default="openai")
+    engine: Mapped[str] = mapped_column(String(50), default=EngineKind.OPENAI.value)
     served_model: Mapped[str] = mapped_column(String(200), default="")
     gpu_type: Mapped[str | None] = mapped_column(String(50))
     weight: Mapped[float] = mapped_column(Float, default=1.0)
-    tier: Mapped[str] = mapped_column(String(10), default="hot")
-    state: Mapped[str] = mapped_column(String(20), default="starting")
+    tier: Mapped[str] = mapped_column(String(10), default=Tier.HOT.value)
+    state: Mapped[str] = mapped_column(String(20), default=BackendState.STARTING.value)
     managed: Mapped[bool] = mapped_column(Boolean, default=False)
     command: Mapped[list[Any] | None] = mapped_column(JSON)
     port: Mapped[int | None] = mapped_column(Integer)
@@ -214,7 +218,7 @@ class Rollout(Versioned, Timestamps, Base):
         ForeignKey("model_versions.id", ondelete="SET NULL"))
     to_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    state: Mapped[str] = mapped_column(String(20), default="pending")
+    state: Mapped[str] = mapped_column(String(20), default=RolloutState.PENDING.value)
     step: Mapped[int] = mapped_column(Integer, default=0)
     weight: Mapped[float] = mapped_column(Float, default=0.0)
     measurements: Mapped[dict[str, Any]] = mapped_column(default=dict)

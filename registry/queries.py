@@ -17,6 +17,7 @@ from registry.models import (
     RegistryState, utcnow,
 )
 from registry.named import create_named, get_named
+from registry.vocabulary import VersionKind
 
 # Access-control queries live in their own module; re-exported so callers have one import.
 from registry.access_queries import (  # noqa: F401
@@ -80,16 +81,16 @@ def get_version(session: Session, model: Model, label: str) -> ModelVersion:
     return version
 
 
-def add_version(session: Session, model: Model, label: str, *, kind: str = "full",
+def add_version(session: Session, model: Model, label: str, *, kind: str = VersionKind.FULL,
                 base_version: str | None = None, **fields: Any) -> ModelVersion:
     exists = session.scalar(select(ModelVersion.id).where(
         ModelVersion.model_id == model.id, ModelVersion.label == label))
     if exists is not None:
         raise ConflictError(f"model '{model.name}' already has version '{label}'",
                             param="version", code="already_exists")
-    if kind == "lora" and not base_version:
+    if kind == VersionKind.LORA and not base_version:
         raise InvalidError("a lora version needs base_version", param="base_version")
-    if kind == "full" and base_version:
+    if kind == VersionKind.FULL and base_version:
         raise InvalidError("only lora versions have a base_version", param="base_version")
     base = _base_version(session, model, base_version)
     version = ModelVersion(model_id=model.id, label=label, kind=kind,

@@ -22,9 +22,10 @@ from sqlalchemy.orm import Session, selectinload
 from registry.models import Alias, ApiKey, Backend, Model, Rollout, Team
 from registry.queries import get_snapshot_version
 from registry.serialize import as_utc
+from registry.vocabulary import RolloutState, SplitMode
 
 DEFAULT_ALIAS = "default"  # the version plain model-name traffic goes to (no rollout active)
-ACTIVE_ROLLOUT_STATES = ("running", "paused")
+ACTIVE_ROLLOUT_STATES = (RolloutState.RUNNING, RolloutState.PAUSED)
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -155,7 +156,7 @@ def _traffic(model: Model, aliases: Mapping[str, str]
 def _rollout_splits(rollout: Rollout, stable: str | None) -> tuple[SplitView, ...]:
     candidate = rollout.to_version.label
     weight = min(max(rollout.weight, 0.0), 1.0)
-    if rollout.spec.get("mode") == "shadow":
+    if rollout.spec.get("mode") == SplitMode.SHADOW:
         primary = (SplitView(stable, 1.0),) if stable else ()
         return primary + (SplitView(candidate, weight, shadow=True),)
     if not stable:

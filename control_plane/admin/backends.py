@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, HttpUrl
@@ -11,13 +11,12 @@ from sqlalchemy import select
 from gateway.auth import Principal
 from registry.models import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
+from registry.vocabulary import BackendState, EngineKind, Tier
 
 from ..backend_allowlist import allowlist_of
 from .common import Name, RowId, delete_row, patch_row, AdminContext, Body, Page, PageDep, \
     Patch, image, operator, paginate, with_etag
 
-State = Literal["starting", "ready", "down", "draining"]
-Tier = Literal["hot", "warm", "cold"]
 
 
 Command = Field(None, max_length=200, description="argv of a managed engine process")
@@ -29,12 +28,12 @@ class BackendCreate(Body):
     version: str | None = VersionLabel
     url: HttpUrl = Field(description="OpenAI base URL, e.g. http://10.0.0.5:8000/v1",
                          max_length=500)
-    engine: str = Field("openai", min_length=1, max_length=50)
+    engine: str = Field(EngineKind.OPENAI, min_length=1, max_length=50)
     served_model: str | None = Field(None, max_length=200)
     gpu_type: str | None = Field(None, max_length=50)
     weight: float = Field(1.0, gt=0, le=1000)
-    tier: Tier = "hot"
-    state: State = "starting"
+    tier: Tier = Tier.HOT
+    state: BackendState = BackendState.STARTING
     managed: bool = False
     command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
@@ -46,7 +45,7 @@ class BackendPatch(Patch):
     gpu_type: str | None = Field(None, max_length=50)
     weight: float = Field(None, gt=0, le=1000)
     tier: Tier = None
-    state: State = None
+    state: BackendState = None
     command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
 
@@ -60,7 +59,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
     router = APIRouter(prefix="/backends", tags=["admin: backends"])
 
     @router.get("")
-    def list_backends(model: str | None = Query(None, max_length=200), state: State | None = Query(None),
+    def list_backends(model: str | None = Query(None, max_length=200), state: BackendState | None = Query(None),
                       page: Page = PageDep, _: Principal = Depends(operator)):
         with ctx.read() as session:
             stmt = select(Backend).order_by(Backend.id)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,7 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.auth import Principal, require_role
-from gateway.errors import OpenAIError, install_error_handlers
+from gateway.errors import InferplaneError, OpenAIError, install_error_handlers
+from registry import vocabulary
 from registry.errors import check_row_version
 from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
@@ -159,7 +160,7 @@ PageDep = Depends(page_params)
 # --- error mapping ----------------------------------------------------------------------
 
 def install_admin_error_handlers(app: FastAPI) -> None:
-    if OpenAIError not in app.exception_handlers:
+    if InferplaneError not in app.exception_handlers:
         install_error_handlers(app)
     install_db_error_handlers(app)
 
@@ -167,7 +168,7 @@ def install_admin_error_handlers(app: FastAPI) -> None:
 # --- request bodies ---------------------------------------------------------------------
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # no "/" (paths) and no ":" (model:alias)
-BudgetPeriod = Literal["hour", "day", "week", "month"]  # registry.models.BUDGET_PERIODS
+BudgetPeriod = vocabulary.BudgetPeriod  # re-exported for the admin routers
 
 
 class Patch(Body):

@@ -5,8 +5,9 @@
 Request bodies are bounded so that these are the exception, not the rule; what still reaches
 the database and is refused there answers 4xx with the database's reason, never 500:
 
-    RegistryError  NotFound 404, Conflict 409, Invalid 422 (well-formed, inconsistent with the
-                   registry: unknown base version, a model falling back to itself, ...)
+    RegistryError  an InferplaneError answered by gateway.errors' handler: NotFound 404,
+                   Conflict 409, Invalid 422 (well-formed, inconsistent with the registry:
+                   unknown base version, a model falling back to itself, ...)
     StaleDataError 409 (a concurrent write won)
     IntegrityError 409 (a race past the existence checks: duplicate or dangling reference)
     DataError, OverflowError, a value the driver cannot bind   400 (out of range, bad bytes)
@@ -21,17 +22,8 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError, Statemen
 from sqlalchemy.orm.exc import StaleDataError
 
 from gateway.errors import OpenAIError
-from registry.errors import ConflictError, InvalidError, NotFoundError, RegistryError
 
 log = logging.getLogger("inferplane.admin")
-
-_STATUS = {NotFoundError: 404, ConflictError: 409, InvalidError: 422}
-
-
-def _registry_error(_: Request, exc: RegistryError) -> Response:
-    status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
-    kind = "conflict_error" if status == 409 else None
-    return OpenAIError(status, exc.message, type=kind, param=exc.param, code=exc.code).response()
 
 
 def _stale(_: Request, exc: StaleDataError) -> Response:
@@ -71,7 +63,6 @@ def _statement(request: Request, exc: StatementError) -> Response:
 
 
 def install_db_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(RegistryError, _registry_error)
     app.add_exception_handler(StaleDataError, _stale)
     app.add_exception_handler(IntegrityError, _integrity)
     app.add_exception_handler(OperationalError, _operational)

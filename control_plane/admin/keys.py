@@ -4,7 +4,7 @@ only as a hash, so list and get cannot show it."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, model_validator
@@ -14,13 +14,12 @@ from gateway.auth import Principal
 from registry.access_queries import MIN_SECRET_LEN, check_admin_remains, check_team, \
     create_key, get_key, revoke_key, rotate_key
 from registry.models import ApiKey
+from registry.vocabulary import Priority, Role
 
 from .budget_status import budget_status
 from .common import BudgetPeriod, Count, Money, Name, RowId, patch_row, AdminContext, \
     Body, Page, PageDep, Patch, admin, image, paginate, with_etag
 
-Role = Literal["admin", "operator", "user"]
-Priority = Literal["high", "standard", "batch"]
 
 
 Secret = Field(None, min_length=MIN_SECRET_LEN, max_length=200, pattern=r"^[\x21-\x7e]+$",
@@ -31,7 +30,7 @@ Allowlist = Field(None, max_length=1000, description="allowed models (\"<model>\
 
 class KeyCreate(Body):
     name: Name
-    role: Role = "user"
+    role: Role = Role.USER
     team: Name | None = Field(None, description="an existing team (POST /admin/v1/teams)")
     models: list[Name] | None = Allowlist
     rpm_limit: Count | None = None
@@ -39,7 +38,7 @@ class KeyCreate(Body):
     max_budget: Money | None = None
     budget_period: BudgetPeriod | None = Field(
         None, description="hour, day, week or month (UTC calendar); null: lifetime budget")
-    priority: Priority = "standard"
+    priority: Priority = Priority.STANDARD
     expires_at: datetime | None = None
     expires_in_s: int | None = Field(None, ge=1, le=100 * 365 * 86400)
     secret: str | None = Secret

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
@@ -15,14 +14,11 @@ from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
 from registry.models import Model
 from registry.queries import create_model, get_model
+from registry.vocabulary import RoutingStrategy, Tier
 
 from .common import MAX_INT, Name, PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, \
     Body, Page, PageDep, Patch, image, operator, paginate, with_etag
 
-Tier = Literal["hot", "warm", "cold"]
-# The gateway's routing strategies (gateway/routing/router.py); null = the configured default.
-Routing = Literal["round_robin", "least_loaded", "p2c", "weighted", "prefix_aware",
-                  "lora_affinity", "session_affinity"]
 
 
 ContextLength = Field(None, gt=0, le=MAX_INT)
@@ -33,10 +29,10 @@ class ModelCreate(Body):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     description: str = Field("", max_length=10_000)
     context_length: int | None = ContextLength
-    routing: Routing | None = None
+    routing: RoutingStrategy | None = None   # null: the gateway's configured default
     fallbacks: list[Name] = Field(default_factory=list, max_length=20,
                                   description="existing models tried when this one fails")
-    tier: Tier = "hot"
+    tier: Tier = Tier.HOT
     price_in_per_1k: float = Field(0.0, ge=0, le=1e6)
     price_out_per_1k: float = Field(0.0, ge=0, le=1e6)
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1,
@@ -46,7 +42,7 @@ class ModelCreate(Body):
 class ModelPatch(Patch):
     description: str = Field(None, max_length=10_000)
     context_length: int | None = ContextLength
-    routing: Routing | None = None
+    routing: RoutingStrategy | None = None
     fallbacks: list[Name] = Field(None, max_length=20)
     tier: Tier = None
     price_in_per_1k: float = Price

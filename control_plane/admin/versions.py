@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import AfterValidator, Field
@@ -13,11 +13,11 @@ from registry.dependents import check_version_unused
 from registry.json_values import check_storable
 from registry.models import ModelVersion
 from registry.queries import add_version, get_model, get_version
+from registry.vocabulary import VersionKind, VersionStatus
 
 from .common import PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, \
     PageDep, Patch, image, operator, paginate, with_etag
 
-Status = Literal["registered", "ready", "deprecated", "archived"]
 # Checked before saving: a value no reader can serialise would make the row, and every audit
 # page showing it, unreadable.
 EngineArgs = Annotated[dict[str, Any], AfterValidator(lambda v: check_storable(v, "engine_args")),
@@ -28,14 +28,14 @@ VersionLabel = Field(None, min_length=1, max_length=100)
 
 class VersionCreate(Body):
     version: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
-    kind: Literal["full", "lora"] = "full"
+    kind: VersionKind = VersionKind.FULL
     base_version: str | None = VersionLabel
     source_uri: str | None = Field(None, max_length=2000)
     engine: str | None = Field(None, max_length=50)
     engine_args: EngineArgs = Field(default_factory=dict)
     precision: str | None = Field(None, max_length=20)
     checksum: str | None = Field(None, max_length=128)
-    status: Status = "registered"
+    status: VersionStatus = VersionStatus.REGISTERED
 
 
 class VersionPatch(Patch):
@@ -44,7 +44,7 @@ class VersionPatch(Patch):
     engine_args: EngineArgs = None
     precision: str | None = Field(None, max_length=20)
     checksum: str | None = Field(None, max_length=128)
-    status: Status = None
+    status: VersionStatus = None
 
 
 def render(version: ModelVersion) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from control_plane.admin.common import (
 from gateway.auth import Principal
 from gateway.errors import OpenAIError
 from gateway.schemas import openapi_body
-from registry.errors import RegistryError
 from registry.json_values import check_storable
 from registry.models import Model, Rollout
 from registry.queries import get_model
@@ -152,8 +151,7 @@ def _refuse_if_budget_spent(session, slo: SloTracker, model: str) -> None:
 def include_rollout_routes(app: FastAPI, session_factory: sessionmaker[Session],
                            snapshot_source, slo: SloTracker | None = None) -> None:
     """Mount /admin/v1/rollouts next to the other admin routers (same error mapping)."""
-    if RegistryError not in app.exception_handlers:
-        install_admin_error_handlers(app)
+    install_admin_error_handlers(app)  # idempotent: the admin app may have installed them
     ctx = AdminContext(session_factory, snapshot_source)
     app.include_router(build_rollouts_router(ctx, slo), prefix=ADMIN_PREFIX)
 

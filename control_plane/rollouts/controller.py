@@ -33,6 +33,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from registry.models import Rollout
 from registry.queries import audit, bump_snapshot_version
+from registry.vocabulary import SplitMode
 
 from . import store, transitions as t
 from .analysis import Measurement, measure, unavailable
@@ -210,7 +211,7 @@ class RolloutController:
         model = store.model_names(session, [rollout])[rollout.model_id]
         return measure(scrape.since(baseline.scrape), model, stable, rollout.to_version.label,
                        analysis, now - baseline.at,
-                       mirrored=rollout.spec.get("mode") == "shadow")
+                       mirrored=rollout.spec.get("mode") == SplitMode.SHADOW)
 
     def _budget_pause(self, session: Session, rollout: Rollout, now: float) -> bool:
         if self.slo is None or t.spec_of(rollout).force:

@@ -8,9 +8,9 @@ routes on (running/paused mean "splits active"); the phase itself lives in the r
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from registry.vocabulary import RolloutState, RolloutStrategy, SplitMode, values
 
 PHASES = ("pending", "progressing", "paused", "promoting", "succeeded", "aborting",
           "rolled_back")
@@ -18,11 +18,12 @@ PHASE_NUMBER = {phase: n for n, phase in enumerate(PHASES)}  # inferplane_rollou
 ACTIVE_PHASES = ("pending", "progressing", "paused", "promoting", "aborting")
 FINAL_PHASES = ("succeeded", "rolled_back")
 DB_STATE = {  # phase → registry rollouts.state
-    "pending": "pending", "progressing": "running", "paused": "paused",
-    "promoting": "running", "succeeded": "promoted", "aborting": "running",
-    "rolled_back": "rolled_back",
+    "pending": RolloutState.PENDING, "progressing": RolloutState.RUNNING,
+    "paused": RolloutState.PAUSED, "promoting": RolloutState.RUNNING,
+    "succeeded": RolloutState.PROMOTED, "aborting": RolloutState.RUNNING,
+    "rolled_back": RolloutState.ROLLED_BACK,
 }
-STRATEGIES = ("canary", "blue_green", "shadow")
+STRATEGIES = values(RolloutStrategy)
 
 
 class Strict(BaseModel):
@@ -72,7 +73,7 @@ class RolloutCreate(Strict):
     model: str = Field(min_length=1, max_length=200)
     alias: str = Field("default", min_length=1, max_length=100)
     candidate_version: str = Field(min_length=1, max_length=100)
-    strategy: Literal["canary", "blue_green", "shadow"] = "canary"
+    strategy: RolloutStrategy = RolloutStrategy.CANARY
     steps: list[Step] = Field(default_factory=list, max_length=100)
     analysis: Analysis | None = None
     warm_delay_s: float = Field(300.0, ge=0, le=24 * 3600,
@@ -84,7 +85,7 @@ class RolloutCreate(Strict):
 
     @model_validator(mode="after")
     def _steps_fit_strategy(self) -> RolloutCreate:
-        if self.strategy == "blue_green":
+        if self.strategy == RolloutStrategy.BLUE_GREEN:
             if len(self.steps) > 1:
                 raise ValueError("blue_green switches at once: give at most one step (the "
                                  "analysis gate, whose weight is the share of traffic mirrored)")
@@ -95,7 +96,7 @@ class RolloutCreate(Strict):
         if not self.steps:
             raise ValueError(f"a {self.strategy} rollout needs at least one step")
         weights = [s.weight for s in self.steps]
-        if self.strategy == "canary" and weights != sorted(weights):
+        if self.strategy == RolloutStrategy.CANARY and weights != sorted(weights):
             raise ValueError(f"canary step weights must not decrease; got {weights}")
         return self
 
@@ -104,14 +105,14 @@ class ResumeBody(Strict):
     force: bool | None = Field(None, description="also override a spent error budget from now on")
 
 
-def split_mode(strategy: str, phase: str) -> str:
-    """How the snapshot should split traffic now ("shadow" mirrors, anything else serves).
+def split_mode(strategy: str, phase: str) -> SplitMode:
+    """How the snapshot should split traffic now (shadow mirrors, anything else serves).
     blue_green's gate mirrors, so the candidate is measured before it serves anyone."""
     if phase in ("promoting", "succeeded"):
-        return "switch"
-    if strategy in ("shadow", "blue_green"):
-        return "shadow"
-    return "canary"
+        return SplitMode.SWITCH
+    if strategy in (RolloutStrategy.SHADOW, RolloutStrategy.BLUE_GREEN):
+        return SplitMode.SHADOW
+    return SplitMode.CANARY
 
 
 __all__ = ["ACTIVE_PHASES", "Analysis", "DB_STATE", "ErrorRateRatio", "FINAL_PHASES", "PHASES",

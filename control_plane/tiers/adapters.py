@@ -22,6 +22,7 @@ import httpx
 from sqlalchemy.orm import sessionmaker
 
 from engine_adapter import EngineError, create_adapter, engine_keys
+from registry.vocabulary import BackendState, EngineKind
 
 from . import store
 from .store import BackendRow, TierError
@@ -33,7 +34,7 @@ class AdapterSlotsBusy(TierError):
     status, code = 503, "adapter_slots_busy"
 
     def __init__(self, message: str, retry_after_s: float):
-        super().__init__(message)
+        super().__init__(message, retry_after=retry_after_s)
         self.retry_after_s = retry_after_s
 
 
@@ -92,7 +93,7 @@ class AdapterManager:
         deadline = self.clock() + wait_s
         while True:
             backends = [b for b in await asyncio.to_thread(store.backends_of, self.sessions, model)
-                        if b.state == "ready"]
+                        if b.state == BackendState.READY]
             if not backends:
                 raise NoEngineForAdapter(f"model '{model}' has no ready engine to load "
                                          f"adapter '{adapter}' on")
@@ -174,7 +175,7 @@ class AdapterManager:
         return True
 
     async def unload(self, model: str, backend_url: str, adapter: str,
-                     engine: str = "builtin") -> None:
+                     engine: str = EngineKind.BUILTIN) -> None:
         client = create_adapter(backend_url, engine, client=self._http())
         try:
             await client.unload_adapter(adapter)
@@ -190,7 +191,7 @@ class AdapterManager:
         """Adopt the engine's own list of loaded adapters (vLLM lists them in /v1/models with
         a `parent`); ones we did not know count as freshly loaded (not evictable yet)."""
         try:
-            headers = engine_keys.headers_for(backend.url) if backend.engine == "builtin" else None
+            headers = engine_keys.headers_for(backend.url) if backend.engine == EngineKind.BUILTIN else None
             response = await self._http().get(backend.url + "/models", timeout=5.0,
                                               headers=headers)
             cards = response.json().get("data", [])

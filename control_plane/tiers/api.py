@@ -5,7 +5,8 @@ POST /admin/v1/models/{name}/activity  request counts seen by a gateway (idlenes
 GET  /admin/v1/tiers                   what the tier manager is doing
 
 A wake answers 200 once the engine is ready (within `wait_s`), 202 while it is still
-starting (the start goes on; the gateway waits on its snapshot), or the error that stopped it.
+starting (the start goes on; the gateway waits on its snapshot), or the error that stopped it
+(a TierError, answered by the one InferplaneError handler).
 """
 from __future__ import annotations
 
@@ -18,11 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.admin.common import ADMIN_PREFIX, operator
 from gateway.auth import Principal
-from gateway.errors import OpenAIError
+from registry.vocabulary import BackendState
 
-from .adapters import AdapterSlotsBusy
 from .manager import TierManager
-from .store import TierError
 
 MAX_WAKE_WAIT_S = 60.0  # one HTTP call holds no longer; the caller polls its snapshot after
 QUICK_ERROR_S = 0.2
@@ -37,13 +36,6 @@ class WakeBody(BaseModel):
 class ActivityBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     requests: int = Field(ge=0, le=1_000_000)
-
-
-def tier_error(exc: TierError) -> OpenAIError:
-    headers = {}
-    if isinstance(exc, AdapterSlotsBusy):
-        headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
-    return OpenAIError(exc.status, str(exc), code=exc.code, headers=headers)
 
 
 def _retrieve(task: asyncio.Task) -> None:
@@ -64,12 +56,9 @@ def build_tiers_router(tiers: TierManager) -> APIRouter:
         # A short floor so errors found at once (unknown model, no engine budget) answer here.
         done, _pending = await asyncio.wait({task}, timeout=max(body.wait_s, QUICK_ERROR_S))
         if not done:
-            return JSONResponse({"model": name, "state": "starting"}, status_code=202)
-        try:
-            url = task.result()
-        except TierError as exc:
-            raise tier_error(exc) from None
-        return {"model": name, "state": "ready", "url": url, "adapter": body.adapter}
+            return JSONResponse({"model": name, "state": BackendState.STARTING}, status_code=202)
+        url = task.result()  # a TierError is a domain error: the edge handler answers it
+        return {"model": name, "state": BackendState.READY, "url": url, "adapter": body.adapter}
 
     @router.post("/models/{name}/activity", status_code=204)
     async def activity(name: Annotated[str, Path(min_length=1, max_length=200)], body: ActivityBody, _: Principal = Depends(operator)):
@@ -82,4 +71,4 @@ def build_tiers_router(tiers: TierManager) -> APIRouter:
     return router
 
 
-__all__ = ["build_tiers_router", "tier_error"]
+__all__ = ["build_tiers_router"]

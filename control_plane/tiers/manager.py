@@ -27,6 +27,7 @@ from sqlalchemy.orm import sessionmaker
 from control_plane.bootstrap import set_backend_state
 from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor, free_port
 from engine_adapter import create_adapter
+from registry.vocabulary import BackendState, EngineKind, Tier
 
 from . import store
 from .adapters import AdapterManager
@@ -81,7 +82,7 @@ class TierManager:
 
     async def on_engine_state(self, spec: EngineSpec, state: str) -> None:
         """Supervisor state hook: an engine that went down or restarts has lost its adapters."""
-        if state in ("down", "starting"):
+        if state in (BackendState.DOWN, BackendState.STARTING):
             self.adapters.forget(spec.url)
             if await asyncio.to_thread(store.clear_adapters, self.sessions, spec.url):
                 await self.changed()
@@ -152,7 +153,7 @@ class TierManager:
     async def _start(self, model: str, template: EngineTemplate) -> str:
         tier = await asyncio.to_thread(store.model_tier, self.sessions, model)
         async with self._budget:
-            if tier != "hot":
+            if tier != Tier.HOT:
                 await self._make_room(exclude=model)
             spec = self._spec(model, template)
             await asyncio.to_thread(store.add_managed_backend, self.sessions, model, spec.url,
@@ -169,7 +170,8 @@ class TierManager:
         except (RuntimeError, TimeoutError) as exc:
             await self._stop_engine(proc)
             raise EngineStartFailed(f"engine for '{model}' did not start: {exc}") from None
-        if await asyncio.to_thread(set_backend_state, self.sessions, spec.url, "ready"):
+        if await asyncio.to_thread(set_backend_state, self.sessions, spec.url,
+                                   BackendState.READY):
             await self.changed()
         self._last_used[model] = self.clock()  # idleness counts from when it could serve
         return spec.url
@@ -192,7 +194,7 @@ class TierManager:
 
     async def _eviction_victim(self, exclude: str) -> EngineProcess | None:
         tiers = await asyncio.to_thread(store.model_tiers, self.sessions)
-        candidates = [p for p in self.engines() if tiers.get(p.spec.name) == "cold"
+        candidates = [p for p in self.engines() if tiers.get(p.spec.name) == Tier.COLD
                       and p.spec.name != exclude and p.spec.name not in self._starting]
         candidates.sort(key=lambda p: self._last_used.get(p.spec.name, 0.0))
         for proc in candidates:
@@ -204,7 +206,7 @@ class TierManager:
         """Requests running or queued on the engine (an idle clock can miss a long stream)."""
         if not proc.running:
             return False
-        engine = create_adapter(proc.spec.url, "builtin")
+        engine = create_adapter(proc.spec.url, EngineKind.BUILTIN)
         try:
             load = await engine.load()
         except (httpx.HTTPError, ValueError):
@@ -250,7 +252,7 @@ class TierManager:
     async def _keep_resident(self, tiers: dict[str, str]) -> None:
         for model, template in self.config.engines.items():
             tier = tiers.get(model)
-            if tier not in ("hot", "warm") or model in self._starting:
+            if tier not in (Tier.HOT, Tier.WARM) or model in self._starting:
                 continue
             missing = template.replicas - len(self.engines(model))
             for _ in range(max(missing, 0)):
@@ -268,7 +270,7 @@ class TierManager:
                 log.info("model %s left the registry: stopping its engine", model)
                 await self._stop_engine(proc)
                 continue
-            if tiers.get(model) != "cold" or model in self._starting:
+            if tiers.get(model) != Tier.COLD or model in self._starting:
                 continue
             if now - self._last_used.get(model, now) < self.config.idle_s:
                 continue

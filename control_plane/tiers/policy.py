@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from registry.vocabulary import Tier
+
 
 class RateTracker:
     """Requests per second per model over a sliding window."""
@@ -50,14 +52,14 @@ def decide_tier(model: str, tier: str, rate: float, dwell_s: float, *, promote_r
     keeps its engine resident); warm → cold when the rate falls to demote_rps. Between the two
     thresholds nothing moves, and no move happens before `min_dwell_s` in the current tier.
     """
-    if tier == "hot" or dwell_s < min_dwell_s:
+    if tier == Tier.HOT or dwell_s < min_dwell_s:
         return None
-    if tier == "cold" and rate >= promote_rps:
+    if tier == Tier.COLD and rate >= promote_rps:
         if not engine_room:
             return None
-        return TierDecision(model, tier, "warm", rate,
+        return TierDecision(model, tier, Tier.WARM, rate,
                             f"{rate:.2f} req/s >= promote threshold {promote_rps}")
-    if tier == "warm" and rate <= demote_rps:
-        return TierDecision(model, tier, "cold", rate,
+    if tier == Tier.WARM and rate <= demote_rps:
+        return TierDecision(model, tier, Tier.COLD, rate,
                             f"{rate:.2f} req/s <= demote threshold {demote_rps}")
     return None

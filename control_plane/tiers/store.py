@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.errors import InferplaneError
 from registry.models import Adapter, Backend, BackendAdapter, Model
 from registry.queries import attach_adapter, bump_snapshot_version, detach_adapter
+from registry.vocabulary import BackendState, EngineKind
 
 
-class TierError(Exception):
+class TierError(InferplaneError):
     """A tier operation that cannot be done; `status` is the HTTP status it maps to."""
 
-    status = 400
-    code = "tier_error"
+    status, code = 400, "tier_error"
 
 
 class UnknownModel(TierError):
@@ -78,8 +79,8 @@ def add_managed_backend(sessions: sessionmaker[Session], name: str, url: str,
         if stale is not None:  # a row an earlier engine on this port left behind
             session.delete(stale)
             session.flush()
-        row = Backend(model_id=model.id, url=url, engine="builtin", served_model=name,
-                      tier=model.tier, state="starting", managed=True, command=command,
+        row = Backend(model_id=model.id, url=url, engine=EngineKind.BUILTIN, served_model=name,
+                      tier=model.tier, state=BackendState.STARTING, managed=True, command=command,
                       port=port)
         session.add(row)
         session.flush()

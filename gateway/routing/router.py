@@ -1,14 +1,27 @@
-"""Filters → strategy → pick, for one model's backends."""
+"""Filters → strategy → pick, for one model's backends.
+
+    backend = router.pick(model_view, backends, ctx)
+    if backend is None:
+        raise NoBackend(f"no ready backend for model '{requested}'")   # 503 no_ready_backend
+"""
 from __future__ import annotations
 
+from gateway.errors import InferplaneError
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex
 from gateway.routing.resident import ResidentBlocks
 from gateway.routing.strategies import (LeastLoaded, LoraAffinity, PowerOfTwo, PrefixAware,
                                         RoundRobin, RouteContext, SessionAffinity, Weighted)
 from gateway.settings import RoutingSettings
+from registry.vocabulary import BackendState, RoutingStrategy
 
-ROUTABLE_STATES = frozenset({"ready"})
+ROUTABLE_STATES = frozenset({BackendState.READY})
+
+
+class NoBackend(InferplaneError):
+    """No backend of the model may take the request (none ready, breakers open, all full)."""
+
+    status, code = 503, "no_ready_backend"
 
 
 class Router:
@@ -20,16 +33,11 @@ class Router:
         self.prefix_index = PrefixIndex(settings.prefix_index_blocks)
         self.resident = ResidentBlocks()
         slack = settings.prefix_load_slack
-        self.strategies = {
-            "round_robin": RoundRobin(),
-            "least_loaded": LeastLoaded(self.book),
-            "p2c": PowerOfTwo(self.book),
-            "weighted": Weighted(),
-            "prefix_aware": PrefixAware(self.book, self.prefix_index,
-                                        settings.prefix_block_chars, slack, self.resident),
-            "lora_affinity": LoraAffinity(self.book, slack),
-            "session_affinity": SessionAffinity(self.book),
-        }
+        pickers = (RoundRobin(), LeastLoaded(self.book), PowerOfTwo(self.book), Weighted(),
+                   PrefixAware(self.book, self.prefix_index, settings.prefix_block_chars,
+                               slack, self.resident),
+                   LoraAffinity(self.book, slack), SessionAffinity(self.book))
+        self.strategies: dict[RoutingStrategy, object] = {p.kind: p for p in pickers}
 
     def strategy_name(self, model_view) -> str:
         name = self.settings.strategy_for(model_view.name, getattr(model_view, "routing", None))

@@ -1,5 +1,6 @@
 """Backend pickers. Each strategy ranks the routable candidates of one model; which strategy a
-model uses is configuration (RoutingSettings.strategy / per_model / ModelView.routing)."""
+model uses is configuration (RoutingSettings.strategy / per_model / ModelView.routing), named
+by the strategy's `kind` (a RoutingStrategy)."""
 from __future__ import annotations
 
 import random
@@ -10,6 +11,7 @@ import xxhash
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex, block_hashes
 from gateway.routing.resident import ResidentBlocks, token_block_hashes
+from registry.vocabulary import RoutingStrategy
 
 
 @dataclass
@@ -33,6 +35,8 @@ def least_loaded(candidates: list, book: LoadBook):
 
 
 class RoundRobin:
+    kind = RoutingStrategy.ROUND_ROBIN
+
     def __init__(self) -> None:
         self._next: dict[str, int] = {}
 
@@ -43,6 +47,8 @@ class RoundRobin:
 
 
 class LeastLoaded:
+    kind = RoutingStrategy.LEAST_LOADED
+
     def __init__(self, book: LoadBook):
         self.book = book
 
@@ -52,6 +58,8 @@ class LeastLoaded:
 
 class PowerOfTwo:
     """Two random candidates, the less loaded wins: near least-loaded without herding."""
+
+    kind = RoutingStrategy.P2C
 
     def __init__(self, book: LoadBook, rng: random.Random | None = None):
         self.book = book
@@ -66,6 +74,8 @@ class PowerOfTwo:
 
 class Weighted:
     """Smooth weighted round robin (nginx): shares follow BackendView.weight exactly."""
+
+    kind = RoutingStrategy.WEIGHTED
 
     def __init__(self) -> None:
         self._current: dict[str, float] = {}
@@ -90,6 +100,8 @@ class PrefixAware:
     Precise when the prompt's token ids are known and some candidate reports its resident KV
     blocks: the score is the number of leading blocks the engine really holds. Otherwise the
     gateway's own approximate index of prompt text it routed."""
+
+    kind = RoutingStrategy.PREFIX_AWARE
 
     def __init__(self, book: LoadBook, index: PrefixIndex, block_chars: int, slack: float,
                  resident: ResidentBlocks | None = None):
@@ -137,6 +149,8 @@ class PrefixAware:
 class LoraAffinity:
     """Backends with the requested adapter already loaded first (no load/swap latency)."""
 
+    kind = RoutingStrategy.LORA_AFFINITY
+
     def __init__(self, book: LoadBook, slack: float):
         self.book = book
         self.slack = slack
@@ -159,6 +173,8 @@ class LoraAffinity:
 class SessionAffinity:
     """Rendezvous hashing of the session key: sticky while the backend stays routable, and only
     that backend's sessions move when it leaves."""
+
+    kind = RoutingStrategy.SESSION_AFFINITY
 
     def __init__(self, book: LoadBook):
         self.book = book

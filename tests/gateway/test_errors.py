@@ -121,3 +121,70 @@ def test_budget_refuses_a_request_whose_worst_case_does_not_fit(make_gateway, en
     assert int(r.headers["retry-after"]) >= 1
     assert ok.status_code == 200
     assert engines[0].stats()["requests"] == 1  # the refused request never reached the engine
+
+
+# --- domain errors: one base, one handler at the edge ------------------------------------
+
+def _domain_error_app():
+    from fastapi import FastAPI
+
+    from control_plane.tiers.adapters import AdapterSlotsBusy
+    from control_plane.tiers.store import UnknownModel
+    from gateway.admission import QueueFull, QueueTimeout
+    from gateway.errors import InferplaneError, install_error_handlers
+    from gateway.routing.router import NoBackend
+    from registry.errors import ConflictError, InvalidError, NotFoundError
+
+    raised = {
+        "queue_full": QueueFull("too many queued requests for 'm'", retry_after=2.2),
+        "queue_timeout": QueueTimeout("timed out waiting for capacity on 'm'", 7.0),
+        "no_backend": NoBackend("no ready backend for model 'm'", param="model"),
+        "not_found": NotFoundError("model 'x' not found", param="name"),
+        "conflict": ConflictError("row_version is 3", code="row_version_mismatch"),
+        "invalid": InvalidError("unknown base version", param="base_version"),
+        "tier": UnknownModel("model 'x' does not exist"),
+        "slots": AdapterSlotsBusy("no free LoRA slot", retry_after_s=0.4),
+        "override": InferplaneError("custom", status=418, code="teapot", type="odd_error"),
+    }
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/raise/{name}")
+    async def _raise(name: str):
+        raise raised[name]
+
+    return app
+
+
+@pytest.mark.parametrize("name,status,code,param,kind,retry_after", [
+    ("queue_full", 429, "queue_full", None, "rate_limit_error", "3"),
+    ("queue_timeout", 503, "queue_timeout", None, "service_unavailable", "7"),
+    ("no_backend", 503, "no_ready_backend", "model", "service_unavailable", None),
+    ("not_found", 404, "not_found", "name", "not_found_error", None),
+    ("conflict", 409, "row_version_mismatch", None, "conflict_error", None),
+    ("invalid", 422, "invalid_value", "base_version", "invalid_request_error", None),
+    ("tier", 404, "model_not_found", None, "not_found_error", None),
+    ("slots", 503, "adapter_slots_busy", None, "service_unavailable", "1"),
+    ("override", 418, "teapot", None, "odd_error", None),
+])
+def test_domain_errors_answer_in_the_api_shape(name, status, code, param, kind, retry_after):
+    from fastapi.testclient import TestClient
+
+    with TestClient(_domain_error_app()) as c:
+        r = c.get(f"/raise/{name}")
+    error = assert_openai_error(r, status, param=param, code=code)
+    assert error["type"] == kind
+    assert r.headers.get("retry-after") == retry_after
+
+
+def test_every_domain_error_is_an_inferplane_error():
+    from control_plane.tiers.store import TierError
+    from gateway.admission import AdmissionRejected
+    from gateway.errors import InferplaneError, OpenAIError
+    from gateway.routing.router import NoBackend
+    from registry.errors import RegistryError
+
+    for kind in (AdmissionRejected, NoBackend, RegistryError, TierError, OpenAIError):
+        assert issubclass(kind, InferplaneError), kind
+    legacy = OpenAIError(400, "messages: must not be empty", param="messages")
+    assert (legacy.status, legacy.code, legacy.type) == (400, None, "invalid_request_error")
