@@ -15,9 +15,12 @@ def _add_server_args(p: argparse.ArgumentParser, port: int = 8000) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from .settings import load_settings
+    from .settings import SettingsError, load_settings
 
-    settings = load_settings(args.config)
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as exc:  # each bad key by its path, no traceback: exit status 1
+        raise SystemExit(f"inferplane: {exc}") from None
     if getattr(args, "host", None):
         settings.host = args.host
     if getattr(args, "port", None):
