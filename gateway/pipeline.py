@@ -8,8 +8,9 @@ A route hands its Endpoint over and returns what this returns:
     return await handle(request, principal, CHAT_COMPLETIONS)
 
 Every stage raises a domain error (gateway.errors.InferplaneError); it leaves here as
-`endpoint.error_response(exc)`, in the client API's own shape. Resources are held by the RequestScope from the limit stage on and
-released by its `close` (here on failure, at the end of the answer otherwise).
+`endpoint.error_response(exc)`, in the client API's own shape. Resources are held by the
+RequestScope from the limit stage on and released by its `close` (here on failure, at the end
+of the answer otherwise).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 
-from gateway import pipeline, proxy, relay, request_scope
+from gateway import pipeline, proxy, request_scope
 from gateway.breaker import CircuitBreaker
 from gateway.endpoints import CHAT
 from gateway.limits import Budget, create_spend_tracker
