@@ -14,8 +14,8 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from gateway.breaker import BreakerState
 from gateway.loop_monitor import LoopMonitor
+from registry.vocabulary import BreakerState  # the state codes, defined next to the enum
 
 # 5 ms .. 120 s: from a cached short completion to a long generation.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
@@ -167,7 +167,7 @@ class GatewayMetrics:
             self._initialise_backend(name, backend.id, strategy)
 
     def _initialise_backend(self, model: str, backend: str, strategy: str) -> None:
-        self.breaker_state.labels(backend)   # 0 = closed, the state a new breaker starts in
+        self.breaker_state.labels(backend)   # 0 = BreakerState.CLOSED.code: a new breaker's state
         self.routing_decisions.labels(model, strategy, backend)
         self.prefix_hit_estimate.labels(model, backend)
         self.inflight.labels(model, backend)
