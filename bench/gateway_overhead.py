@@ -2,7 +2,7 @@
 
     python bench/gateway_overhead.py [--rates 100,500,1000] [--duration 10] [--stream both]
         [--max-duration 10] [--connections 64] [--profile DIR] [--profile-rate 500]
-        [--log-level INFO] [--tracing on] [--gc-freeze on]
+        [--log-level INFO] [--tracing on] [--gc-freeze on] [--workers 1]
 
 Per mode (stream / non-stream) and fixed open-loop rate: the latency the gateway adds at
 P50/P95/P99 (through-gateway percentile minus direct percentile, same generator, same rate)
@@ -44,14 +44,27 @@ def free_port() -> int:
 
 
 def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
-                  gc_freeze: bool) -> None:
+                  gc_freeze: bool, workers: int = 1) -> None:
     """Child process: the gateway app with a static snapshot pointing at the mock engine, served
-    the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup)."""
+    the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup), in
+    `workers` processes on one socket (limits shared through the supervisor's store)."""
+    sys.path.insert(0, str(ROOT))
+    from builtin_engine.connections import listen_socket
+
+    sock = listen_socket("127.0.0.1", port)
+    if workers > 1:
+        from gateway.workers import serve_workers
+        sys.exit(serve_workers(workers, lambda: _serve_one(sock, engine_port, log_level,
+                                                          tracing, gc_freeze) or 0,
+                               shared_limits=True))
+    _serve_one(sock, engine_port, log_level, tracing, gc_freeze)
+
+
+def _serve_one(sock, engine_port: int, log_level: str, tracing: bool, gc_freeze: bool) -> None:
     import logging
 
     import uvicorn
 
-    sys.path.insert(0, str(ROOT))
     from gateway.app import create_gateway_app
     from gateway.settings import GatewaySettings
     from registry.keys import hash_key
@@ -64,8 +77,9 @@ def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
                     adapters=(), version="v1")
     m = ModelView(name="mock", context_length=8192, backends=(b,), routing="least_loaded",
                   fallbacks=(), tier="hot", price_in_per_1k=0.0, price_out_per_1k=0.0, splits=())
+    # Limits on (never reached): every request pays the RPM/TPM check and the budget hold.
     k = KeyView(key_id=1, key_hash=hash_key(SECRET), name="bench", team="bench", role="user",
-                models=None, rpm_limit=None, tpm_limit=None, max_budget=None,
+                models=None, rpm_limit=10**9, tpm_limit=10**12, max_budget=None,
                 priority="standard", expires_at=None, revoked=False)
 
     class Source:
@@ -75,9 +89,9 @@ def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
                                tracing={"enabled": tracing}, gc_freeze=gc_freeze,
                                admission={"queue_size": 100_000,
                                           "max_inflight_per_backend": 100_000})
-    uvicorn.run(create_gateway_app(settings, Source()), host="127.0.0.1", port=port,
-                log_level="warning", loop="uvloop", http="httptools", access_log=False,
-                backlog=4096)
+    config = uvicorn.Config(create_gateway_app(settings, Source()), log_level="warning",
+                            loop="uvloop", http="httptools", access_log=False, backlog=4096)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def spawn(args: list[str], health: str, log: Path) -> subprocess.Popen:
@@ -169,12 +183,15 @@ def max_rps(url: str, stream: bool, args) -> str:
     return f"{ramp_rps(url, stream, args.max_duration):.0f} (open-loop ramp)"
 
 
-def profiled(pid: int, out: Path, duration: float):
+def profiled(pid: int, out: Path, duration: float) -> list[subprocess.Popen]:
+    """py-spy on the gateway (and its workers): collapsed stacks in `out` for the table below,
+    and the same run as a flame graph beside it (`out` with .svg)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--duration",
-                             str(int(duration)), "--rate", "500", "--format", "raw", "--output",
-                             str(out), "--nonblocking"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--duration",
+                              str(int(duration)), "--rate", "250", "--format", fmt, "--output",
+                              str(path), "--nonblocking"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+            for fmt, path in (("raw", out), ("flamegraph", out.with_suffix(".svg")))]
 
 
 def hottest(collapsed: Path, top: int = 15) -> None:
@@ -206,7 +223,7 @@ def run(args) -> list[dict]:
     try:
         procs.append(spawn([__file__, "--serve-gateway", str(gateway_port), str(engine_port),
                             "--log-level", args.log_level, "--tracing", args.tracing,
-                            "--gc-freeze", args.gc_freeze],
+                            "--gc-freeze", args.gc_freeze, "--workers", str(args.workers)],
                            f"http://127.0.0.1:{gateway_port}/healthz", logs / "gateway.log"))
         direct = f"http://127.0.0.1:{engine_port}/v1/chat/completions"
         through = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
@@ -225,7 +242,8 @@ def run(args) -> list[dict]:
                 cpu = cpu_seconds(procs[1].pid) - cpu
                 results.append(report(f"{kind} @ {rate:.0f} RPS", d, g, cpu))
                 if spy is not None:
-                    spy.wait(timeout=60)
+                    for recorder in spy:
+                        recorder.wait(timeout=60)
                     hottest(out)
             if args.max_duration > 0:
                 print(f"{kind} max sustainable RPS: direct {max_rps(direct, stream, args)}; "
@@ -253,11 +271,12 @@ def main() -> None:
                         help="the gateway's OpenTelemetry spans (on is the default setting)")
     parser.add_argument("--gc-freeze", choices=["on", "off"], default="on",
                         help="freeze start-up objects out of the collector (the default)")
+    parser.add_argument("--workers", type=int, default=1, help="gateway worker processes")
     parser.add_argument("--serve-gateway", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
         serve_gateway(*args.serve_gateway, args.log_level, args.tracing == "on",
-                      args.gc_freeze == "on")
+                      args.gc_freeze == "on", args.workers)
         return
     run(args)
 

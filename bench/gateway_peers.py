@@ -2,6 +2,7 @@
 
     inferplane bench gateway_peers [--duration 8] [--rate 300] [--peers-dir /work/peers-cache]
         [--ramp 100,200,400,600,800,1000,1500,2000] [--only inferplane,vllm-router,litellm]
+        [--workers 1]
 
 For each gateway and mode (stream / non-stream): the latency it adds over calling the mock
 directly (P50/P99 at --rate, same open-loop generator), its CPU time per proxied request, and
@@ -89,7 +90,7 @@ def litellm_config(engine_port: int, path: Path) -> Path:
     return path
 
 
-def gateways(peers: Path, engine_port: int, logs: Path) -> dict[str, dict]:
+def gateways(peers: Path, engine_port: int, logs: Path, workers: int = 1) -> dict[str, dict]:
     """name -> how to start it: command, health URL, key, or why it is skipped."""
     ip, vr, ll = free_port(), free_port(), free_port()
     router = peers / "router" / "bin" / "vllm-router"
@@ -98,7 +99,8 @@ def gateways(peers: Path, engine_port: int, logs: Path) -> dict[str, dict]:
         "inferplane": {"port": ip, "key": SECRET, "health": f"http://127.0.0.1:{ip}/healthz",
                        "cmd": [sys.executable, str(BENCH / "gateway_overhead.py"),
                                "--serve-gateway", str(ip), str(engine_port),
-                               "--log-level", "WARNING", "--tracing", "off"]},
+                               "--log-level", "WARNING", "--tracing", "off",
+                               "--workers", str(workers)]},
         "vllm-router": {"port": vr, "key": SECRET, "health": f"http://127.0.0.1:{vr}/health",
                         "cmd": [str(router), "--host", "127.0.0.1", "--port", str(vr),
                                 "--worker-urls", f"http://127.0.0.1:{engine_port}",
@@ -199,7 +201,8 @@ def run(args) -> dict:
     try:
         direct = {("stream" if s else "non_stream"): load(direct_url, args.rate, args.duration,
                                                            s, SECRET) for s in (False, True)}
-        for name, spec in gateways(Path(args.peers_dir), engine_port, logs).items():
+        for name, spec in gateways(Path(args.peers_dir), engine_port, logs,
+                                       args.workers).items():
             if args.only and name not in args.only:
                 continue
             if spec.get("skip"):
@@ -236,6 +239,8 @@ def main() -> None:
                                                               "/work/peers-cache"))
     parser.add_argument("--only", type=lambda s: s.split(","), default=None)
     parser.add_argument("--output", default=None)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="Inferplane gateway processes (vllm-router uses its own threads)")
     run(parser.parse_args())
 
 

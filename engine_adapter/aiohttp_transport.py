@@ -17,8 +17,11 @@ import httpx
 DRAIN_AFTER_DONE_S = 0.05
 
 
-class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request):
+class ResponseStream(httpx.AsyncByteStream):
+    """An aiohttp response body as httpx bytes (its errors as httpx's); `aclose` keeps the
+    connection when the body was read to the end."""
+
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request | None):
         self._response = response
         self._request = request
         self._tail = b""
@@ -62,6 +65,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self.trace_configs = trace_configs   # aiohttp's connection/request event hooks
         self._session: aiohttp.ClientSession | None = None
 
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled session, for callers that send on it directly (the adapters' hot path)."""
+        return self._session or self._open()
+
     def _open(self) -> aiohttp.ClientSession:
         # Created on first use, inside the event loop that will run the requests.
         connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
@@ -91,7 +98,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         except aiohttp.ClientError as exc:
             raise httpx.RemoteProtocolError(str(exc), request=request) from exc
         return httpx.Response(response.status, headers=response.raw_headers,
-                              stream=_ResponseStream(response, request),
+                              stream=ResponseStream(response, request),
                               extensions={"http_version": b"HTTP/1.1"}, request=request)
 
     async def aclose(self) -> None:

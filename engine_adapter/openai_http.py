@@ -12,10 +12,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import AsyncIterator
 
+import aiohttp
 import httpx
 import orjson
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from engine_adapter.aiohttp_transport import AiohttpTransport
+from engine_adapter.aiohttp_transport import AiohttpTransport, ResponseStream
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 from engine_adapter.metrics_parse import parse_load
 
@@ -42,6 +45,18 @@ def create_http_client(max_connections: int = 2048, keepalive: int = 512,
                              transport=transport, event_hooks=event_hooks)
 
 
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _wire_of(client: httpx.AsyncClient) -> AiohttpTransport | None:
+    """The aiohttp transport under `client`, if that is what carries its bytes: chat and
+    completions then go straight to its session, skipping httpx's request/response objects
+    (a fifth of the gateway's CPU per request). httpx event hooks are not run on that path;
+    the trace context they carried is written by the adapter itself."""
+    transport = getattr(client, "_transport", None)
+    return transport if isinstance(transport, AiohttpTransport) else None
+
+
 def _server_root(base_url: str) -> str:
     base = base_url.rstrip("/")
     return base[:-3] if base.endswith("/v1") else base
@@ -58,9 +73,9 @@ def _error_body(raw: bytes) -> dict:
 class _SSEStream(EngineStream):
     """SSE events of one upstream response; the first events were read ahead by the adapter."""
 
-    def __init__(self, response: httpx.Response, chunks: AsyncIterator[bytes],
+    def __init__(self, response: httpx.Response | ResponseStream, chunks: AsyncIterator[bytes],
                  pending: list[bytes], buffer: bytes, deadline: float):
-        self._response = response
+        self._response = response   # anything whose aclose() ends the upstream response
         self._chunks = chunks
         self._pending = pending
         self._buffer = buffer
@@ -129,6 +144,10 @@ class OpenAIHTTPAdapter(EngineAdapter):
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+        self._wire = _wire_of(self._client)
+        # The direct path reads raw bytes (the session does not decompress): ask for them.
+        self._wire_headers = {**self._headers, "accept-encoding": "identity"}
+        self._wire_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect)
 
     async def chat(self, body: dict) -> dict | EngineStream:
         return await self._call("/chat/completions", body)
@@ -141,14 +160,81 @@ class OpenAIHTTPAdapter(EngineAdapter):
         return await self._call("/embeddings", body)  # an answer, never a stream
 
     async def _call(self, path: str, body: dict) -> dict | EngineStream:
-        request = self._client.build_request("POST", self.base_url + path,
-                                             content=orjson.dumps(body), headers=self._headers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeouts.total
-        if body.get("stream"):
+        stream = body.get("stream")
+        if self._wire is not None:
+            url, payload = self.base_url + path, orjson.dumps(body)
+            if stream:
+                first_deadline = min(deadline, loop.time() + self.timeouts.first_token)
+                return await self._wire_stream(url, payload, first_deadline, deadline)
+            return await self._wire_complete(url, payload, deadline)
+        request = self._client.build_request("POST", self.base_url + path,
+                                             content=orjson.dumps(body), headers=self._headers)
+        if stream:
             first_deadline = min(deadline, loop.time() + self.timeouts.first_token)
             return await self._open_stream(request, first_deadline, deadline)
         return await self._complete(request, deadline)
+
+    def _wire_headers_now(self) -> dict[str, str]:
+        """Request headers, with the current trace context when there is one to carry."""
+        if not trace.get_current_span().get_span_context().is_valid:
+            return self._wire_headers
+        headers = dict(self._wire_headers)
+        _PROPAGATOR.inject(headers)
+        return headers
+
+    async def _wire_send(self, url: str, payload: bytes, deadline: float,
+                         timeout_kind: str) -> aiohttp.ClientResponse:
+        """POST on the aiohttp session; EngineError (as `_send` classifies) on failure."""
+        session = self._wire.session()
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await session.post(url, data=payload, headers=self._wire_headers_now(),
+                                              allow_redirects=False, timeout=self._wire_timeout,
+                                              compress=None)
+        except aiohttp.ServerTimeoutError as exc:   # sock_connect: the engine is unreachable
+            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+        except TimeoutError:
+            raise EngineError(timeout_kind, "upstream did not answer in time")
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+        except aiohttp.ClientError as exc:
+            raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
+        if response.status >= 400:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    raw = await response.read()
+            except (TimeoutError, aiohttp.ClientError):
+                raw = b""
+            finally:
+                response.release()
+            kind = "http_4xx" if response.status < 500 else "http_5xx"
+            raise EngineError(kind, f"upstream answered {response.status}",
+                              status=response.status, body=_error_body(raw))
+        return response
+
+    async def _wire_complete(self, url: str, payload: bytes, deadline: float) -> dict:
+        response = await self._wire_send(url, payload, deadline, "timeout")
+        try:
+            async with asyncio.timeout_at(deadline):
+                raw = await response.read()
+        except TimeoutError:
+            raise EngineError("timeout", "upstream exceeded the total request timeout")
+        except aiohttp.ClientError as exc:
+            raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
+        finally:
+            response.release()
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise EngineError("protocol", "upstream returned invalid JSON") from exc
+
+    async def _wire_stream(self, url: str, payload: bytes, first_deadline: float,
+                           deadline: float) -> EngineStream:
+        response = await self._wire_send(url, payload, first_deadline, "first_token_timeout")
+        body = ResponseStream(response, None)
+        return await self._read_ahead(body, body.__aiter__(), first_deadline, deadline)
 
     async def _send(self, request: httpx.Request, deadline: float,
                     timeout_kind: str) -> httpx.Response:
@@ -184,6 +270,11 @@ class OpenAIHTTPAdapter(EngineAdapter):
         # Without a content-encoding the raw bytes are the content: skip httpx's decoding layers.
         chunks = response.aiter_bytes() if "content-encoding" in response.headers \
             else response.aiter_raw()
+        return await self._read_ahead(response, chunks, first_deadline, deadline)
+
+    async def _read_ahead(self, response, chunks: AsyncIterator[bytes], first_deadline: float,
+                          deadline: float) -> EngineStream:
+        """The stream, once its first data event is in: until then the call may be retried."""
         stream = _SSEStream(response, chunks, [], b"", first_deadline)
         pending: list[bytes] = []
         try:

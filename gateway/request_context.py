@@ -7,12 +7,13 @@ naming the gateway's server span). `current_request_id()` gives the id to log li
 """
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from contextvars import ContextVar
 
 from opentelemetry import trace
 
+from gateway import tracing
 from gateway.tracing import extract_context, get_tracer, traceparent_of
 
 _REQUEST_ID: ContextVar[str | None] = ContextVar("inferplane_request_id", default=None)
@@ -24,8 +25,16 @@ def current_request_id() -> str | None:
     return _REQUEST_ID.get()
 
 
+_READ = frozenset({b"x-request-id", b"traceparent", b"tracestate"})
+
+
 def _headers(scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """The few request headers read here (ASGI servers give names in lower case)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _READ}
+
+
+def _new_id() -> str:
+    return os.urandom(16).hex()   # uuid4().hex's randomness without building a UUID
 
 
 class RequestContextMiddleware:
@@ -38,8 +47,14 @@ class RequestContextMiddleware:
             return
         headers = _headers(scope)
         incoming = headers.get("x-request-id", "")
-        request_id = incoming if _SANE_ID.match(incoming) else uuid.uuid4().hex
+        request_id = incoming if _SANE_ID.match(incoming) else _new_id()
         token = _REQUEST_ID.set(request_id)
+        if not tracing.tracing_configured():   # tracing off: ids only, no span to make
+            try:
+                await self.app(scope, receive, self._send_with_id(send, request_id))
+            finally:
+                _REQUEST_ID.reset(token)
+            return
         name = f"{scope['method']} {scope['path']}"
         attributes = {"http.request.method": scope["method"], "url.path": scope["path"],
                       "inferplane.request_id": request_id}
@@ -50,6 +65,16 @@ class RequestContextMiddleware:
                 await self.app(scope, receive, self._send_with_ids(send, span, request_id))
         finally:
             _REQUEST_ID.reset(token)
+
+    @staticmethod
+    def _send_with_id(send, request_id: str):
+        header = (b"x-request-id", request_id.encode())
+
+        async def wrapped(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+            await send(message)
+        return wrapped
 
     @staticmethod
     def _send_with_ids(send, span, request_id: str):

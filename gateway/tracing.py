@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from urllib.parse import urlparse
 
 import httpx
@@ -29,6 +29,10 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
 _tracers: dict[str, trace.Tracer] = {}   # of _provider, by name
 _global_provider_set = False
+_exporting = False   # a span processor is attached: spans have somewhere to go
+# Before setup_tracing: the API's ProxyTracer looks the global provider up (in os.environ)
+# on every span; this one answers at once with the invalid span.
+_NOOP_TRACER = trace.NoOpTracer()
 
 
 class _HeaderGetter(Getter):
@@ -57,7 +61,7 @@ def setup_tracing(service_name: str, otlp_endpoint: str | None = None,
     when opentelemetry-exporter-otlp-proto-http is installed. Calling it again
     replaces the previous provider after flushing it.
     """
-    global _provider, _global_provider_set
+    global _provider, _global_provider_set, _exporting
     if not service_name:
         raise ValueError("setup_tracing needs a non-empty service_name")
     if not 0.0 <= sample_ratio <= 1.0:
@@ -77,6 +81,7 @@ def setup_tracing(service_name: str, otlp_endpoint: str | None = None,
     if _provider is not None:
         _provider.shutdown()
     _tracers.clear()
+    _exporting = sampled
     if not _global_provider_set:
         # The global provider can be set once per process; libraries instrumented
         # with the OpenTelemetry API pick it up from there.
@@ -105,7 +110,7 @@ def _otlp_exporter(endpoint: str) -> SpanExporter | None:
 def get_tracer(name: str = TRACER_NAME) -> trace.Tracer:
     """A tracer from the configured provider; a no-op tracer before setup_tracing."""
     if _provider is None:
-        return trace.get_tracer(name)
+        return _NOOP_TRACER
     # Cached: the SDK builds a new Tracer on every call, and this runs several times a request.
     tracer = _tracers.get(name)
     if tracer is None:
@@ -115,10 +120,11 @@ def get_tracer(name: str = TRACER_NAME) -> trace.Tracer:
 
 def shutdown_tracing() -> None:
     """Flush and stop exporters (call on gateway shutdown)."""
-    global _provider
+    global _provider, _exporting
     if _provider is not None:
         _provider.shutdown()
         _provider = None
+    _exporting = False
     _tracers.clear()
 
 
@@ -163,6 +169,11 @@ def tracing_configured() -> bool:
     return _provider is not None
 
 
+def spans_exported() -> bool:
+    """Whether spans are recorded anywhere (an exporter is configured)."""
+    return _exporting
+
+
 def configure_from_settings(tracing_settings) -> None:
     """Set up tracing at app creation. A provider configured earlier in the process (a test's
     in-memory exporter, or the control plane's) is kept unless an OTLP endpoint is given."""
@@ -174,7 +185,11 @@ def configure_from_settings(tracing_settings) -> None:
 
 
 def child_span(name: str, attributes: Mapping[str, str | int | float | bool] | None = None):
-    """`with child_span("gateway.limits"):` a span under the current one."""
+    """`with child_span("gateway.limits") as span:` a span under the current one. With no
+    exporter nothing would record it: the current span stands in (its ids are what engines
+    and logs see either way), and the request path builds no span objects."""
+    if not _exporting:
+        return nullcontext(trace.get_current_span())
     return get_tracer().start_as_current_span(name, attributes=attributes)
 
 
