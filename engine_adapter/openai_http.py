@@ -70,6 +70,13 @@ def _error_body(raw: bytes) -> dict:
     return body if isinstance(body, dict) else {"message": str(body)}
 
 
+def _json_answer(raw: bytes) -> dict:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise EngineError("protocol", "upstream returned invalid JSON") from exc
+
+
 class _SSEStream(EngineStream):
     """SSE events of one upstream response; the first events were read ahead by the adapter."""
 
@@ -225,10 +232,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
             raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
         finally:
             response.release()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise EngineError("protocol", "upstream returned invalid JSON") from exc
+        return _json_answer(raw)
 
     async def _wire_stream(self, url: str, payload: bytes, first_deadline: float,
                            deadline: float) -> EngineStream:
@@ -307,10 +311,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
             raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
         finally:
             await response.aclose()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise EngineError("protocol", "upstream returned invalid JSON") from exc
+        return _json_answer(raw)
 
     async def _get(self, url: str, timeout: float) -> httpx.Response:
         return await self._client.get(url, timeout=timeout, headers=self._headers)
