@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from grafana import RATE, dashboard, query_variable, quantiles, stat, target, timeseries
 
-from gateway.breaker import BreakerState
+from registry.vocabulary import BreakerState
 
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
 SEL_NO_MODEL = 'job=~"$job", instance=~"$instance"'

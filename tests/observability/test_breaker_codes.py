@@ -1,12 +1,15 @@
-"""One vocabulary of breaker states: the gauge a real breaker sets, the alert's threshold and
-the dashboard's scale all read BreakerState."""
+"""One vocabulary of breaker states: the gauge a real breaker sets, the alert's threshold, the
+alert unit tests' input and the dashboard's scale all read BreakerState (registry.vocabulary)."""
 from __future__ import annotations
 
 import json
+import re
+
+import yaml
 
 from gateway.breaker import BreakerConfig, BreakerRegistry, BreakerState
 from gateway.metrics import GatewayMetrics
-from tests.observability.metric_names import DASHBOARD_DIR, rules
+from tests.observability.metric_names import DASHBOARD_DIR, ROOT, rules
 
 
 def gauge_value(metrics: GatewayMetrics, backend: str) -> float:
@@ -43,3 +46,23 @@ def test_dashboard_panel_uses_the_same_scale():
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["color"] for s in steps][-1] == "red"
     assert steps[-1]["value"] == BreakerState.OPEN.code
+
+
+def _series_values(expanding: str) -> list[float]:
+    """promtool's input notation: "2x2 1 0x20" -> [2, 1, 0], the value each run starts at."""
+    return [float(re.match(r"-?[0-9.]+", token).group()) for token in expanding.split()]
+
+
+def test_alert_unit_tests_feed_the_gauge_only_breaker_codes():
+    tests = yaml.safe_load((ROOT / "alerts" / "tests" / "gateway.test.yml").read_text())
+    codes = {s.code for s in BreakerState}
+    fed = []
+    for case in tests["tests"]:
+        for series in case.get("input_series", []):
+            if series["series"].startswith("inferplane_circuit_breaker_state"):
+                fed.append((case["name"], _series_values(series["values"])))
+    assert fed, "no unit test feeds inferplane_circuit_breaker_state"
+    for name, values in fed:
+        assert set(values) <= codes, (name, values)
+    firing = [values for name, values in fed if "stays open" in name]
+    assert firing and set(firing[0]) == {BreakerState.OPEN.code}
