@@ -18,7 +18,7 @@ from gateway.logging_setup import configure_logging
 from gateway.request_context import RequestContextMiddleware
 from gateway.tracing import configure_from_settings
 from gateway.responses import OrjsonResponse
-from gateway.routers import chat, completions, embeddings, health, models
+from gateway.routers import chat, completions, embeddings, health, messages, models, responses
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayServices, build_services, poll_engine_load
 
@@ -67,7 +67,7 @@ def create_gateway_app(settings: GatewaySettings, snapshot_source,
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestContextMiddleware)
-    for module in (chat, completions, embeddings, models, health):
+    for module in (chat, completions, embeddings, models, health, responses, messages):
         app.include_router(module.router)
 
     @app.get("/metrics", include_in_schema=False)

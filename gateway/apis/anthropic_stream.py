@@ -1,11 +1,11 @@
 """Chat completion chunks -> Anthropic Messages stream events.
 
-    stream = MessagesStream(req, "msg_…", input_estimate=prompt_tokens)
+    stream = MessagesStream(model, stop_sequences, input_estimate=prompt_tokens)
     events = stream.open()               # message_start, ping
     for chunk in chat_chunks:            # parsed `data:` payloads
         events += stream.feed(chunk)     # content_block_start / _delta / _stop
     events += stream.close()             # content_block_stop, message_delta, message_stop
-    # or, when the engine fails mid-way: events += stream.fail(message)
+    # or, when the engine fails mid-way: events += stream.fail(message, code)
 
 Text goes to a `text` block (`text_delta`); each chat tool call becomes a `tool_use` block
 whose arguments arrive as `input_json_delta` fragments. `message_start` carries the gateway's
@@ -13,16 +13,16 @@ prompt-token estimate; `message_delta` the engine's final counts (cumulative, as
 """
 from __future__ import annotations
 
-from gateway.apis.anthropic_translate import MessagesRequest, error_body, stop_reason, usage
+from gateway.apis.anthropic_translate import error_body, stop_reason, usage
 from gateway.apis.chunk_reader import ChatChunkReader
 from gateway.apis.events import new_id
 
 
 class MessagesStream(ChatChunkReader):
-    def __init__(self, req: MessagesRequest, message_id: str | None = None,
+    def __init__(self, model: str, stops=None, message_id: str | None = None,
                  input_estimate: int = 0):
         super().__init__()
-        self.req = req
+        self.model, self.stops = model, stops
         self.id = message_id or new_id("msg")
         self.input_estimate = input_estimate
         self.blocks: list[dict] = []          # the content as it stands (for usage records)
@@ -30,7 +30,7 @@ class MessagesStream(ChatChunkReader):
         self._calls: dict[int, int] = {}      # chat tool-call index -> block index
 
     def open(self) -> list[dict]:
-        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.req.model,
+        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
                    "content": [], "stop_reason": None, "stop_sequence": None,
                    "usage": {**usage(None, self.input_estimate), "output_tokens": 0}}
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
@@ -74,7 +74,7 @@ class MessagesStream(ChatChunkReader):
     def close(self) -> list[dict]:
         events = self._stop_open()
         reason, sequence = stop_reason(self.finish_reason, self.matched_stop,
-                                       self.req.stop_sequences)
+                                       self.stops)
         final = usage(self.chat_usage, self.input_estimate)
         return events + [
             {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -82,7 +82,9 @@ class MessagesStream(ChatChunkReader):
                        "output_tokens": final["output_tokens"]}},
             {"type": "message_stop"}]
 
-    def fail(self, message: str, status: int = 500) -> list[dict]:
+    def fail(self, message: str, code: str | None = None) -> list[dict]:
+        """The event ending a stream the engine broke (`code`: the gateway's error kind)."""
+        status = 504 if code in ("timeout", "first_token_timeout") else 500
         return [error_body(status, message)]
 
     def text(self) -> str:

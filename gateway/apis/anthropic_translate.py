@@ -2,12 +2,12 @@
 
     data, req = parse_messages_request(raw)         # MessagesRequest or OpenAIError 400
     body = to_chat(req)                             # the chat completions request
-    message = from_chat(chat_json, req, "msg_…")    # the Anthropic Message
+    message = from_chat(chat_json, req.model, req.stop_sequences)   # the Anthropic Message
 
 `system` (a string or text blocks) -> a system message; content blocks `text`, `image`
 (base64 or url source) -> chat parts; assistant `tool_use` -> `tool_calls`; user
 `tool_result` -> `tool` messages (before the rest of that user turn, as chat expects);
-`stop_sequences` -> `stop`; `tools` (`input_schema` -> `parameters`) and `tool_choice`
+`stop_sequences` -> `stop`; `output_config.format` (json_schema) -> `response_format`; `tools` (`input_schema` -> `parameters`) and `tool_choice`
 (auto/any/tool/none, `disable_parallel_tool_use`); `metadata.user_id` -> `user`.
 Refusals are OpenAIErrors (400); `error_body` renders any error in Anthropic's shape:
 {"type": "error", "error": {"type", "message"}}.
@@ -63,6 +63,7 @@ class MessagesRequest(BaseModel):
     tools: list[dict] | None = None
     tool_choice: dict | None = None
     metadata: dict | None = None
+    output_config: dict | None = None
     stream: bool = False
 
 
@@ -198,7 +199,22 @@ def to_chat(req: MessagesRequest) -> dict:
     user = (req.metadata or {}).get("user_id")
     if isinstance(user, str):
         body["user"] = user
+    response_format = _output_format((req.output_config or {}).get("format"))
+    if response_format:
+        body["response_format"] = response_format
     return body
+
+
+def _output_format(fmt) -> dict | None:
+    """Structured outputs (`output_config.format`) as chat's `response_format`."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" \
+            or not isinstance(fmt.get("schema"), dict):
+        raise bad_request("output_config.format: expected {\"type\": \"json_schema\", "
+                          "\"schema\": {...}}")
+    return {"type": "json_schema",
+            "json_schema": {"name": "output", "schema": fmt["schema"], "strict": True}}
 
 
 # ---------------------------------------------------------------- chat -> Message
@@ -234,7 +250,9 @@ def tool_input(arguments: str | None) -> dict:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def from_chat(chat: dict, req: MessagesRequest, message_id: str | None = None) -> dict:
+def from_chat(chat: dict, model: str, stops=None, message_id: str | None = None) -> dict:
+    """The Message for a non-streamed chat completion (`stops`: the request's
+    stop_sequences)."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict] = []
@@ -244,10 +262,9 @@ def from_chat(chat: dict, req: MessagesRequest, message_id: str | None = None) -
         fn = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or new_id("toolu"),
                         "name": fn.get("name") or "", "input": tool_input(fn.get("arguments"))})
-    reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"),
-                                   req.stop_sequences)
+    reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"), stops)
     return {"id": message_id or new_id("msg"), "type": "message", "role": "assistant",
-            "model": req.model, "content": content, "stop_reason": reason,
+            "model": model, "content": content, "stop_reason": reason,
             "stop_sequence": sequence, "usage": usage(chat.get("usage"))}
 
 

@@ -2,7 +2,6 @@
 from anthropic.lib.streaming._messages import accumulate_event
 
 from gateway.apis.anthropic_stream import MessagesStream
-from gateway.apis.anthropic_translate import MessagesRequest
 
 
 def _chunk(content=None, tool_calls=None, finish=None, usage=None):
@@ -11,8 +10,7 @@ def _chunk(content=None, tool_calls=None, finish=None, usage=None):
 
 
 def _run(chunks):
-    req = MessagesRequest(model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}])
-    stream = MessagesStream(req, "msg_1", input_estimate=9)
+    stream = MessagesStream("m", None, "msg_1", input_estimate=9)
     events = stream.open()
     for c in chunks:
         events += stream.feed(c)
@@ -52,6 +50,6 @@ def test_tool_call_stream_becomes_tool_use_blocks():
 
 
 def test_failure_is_an_error_event():
-    req = MessagesRequest(model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}])
-    assert MessagesStream(req).fail("engine died", 502) == [
+    assert MessagesStream("m").fail("engine died", "upstream_error") == [
         {"type": "error", "error": {"type": "api_error", "message": "engine died"}}]
+    assert MessagesStream("m").fail("slow", "timeout")[0]["error"]["type"] == "timeout_error"

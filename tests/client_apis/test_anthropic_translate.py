@@ -22,6 +22,15 @@ def test_system_blocks_stops_sampling_and_user():
     assert body["user"] == "u1"
 
 
+def test_output_format_becomes_a_json_schema_response_format():
+    body = to_chat(_req(output_config={"format": {"type": "json_schema",
+                                                  "schema": {"type": "object"}}}))
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": {"type": "object"}, "strict": True}}
+    with pytest.raises(OpenAIError):
+        to_chat(_req(output_config={"format": {"type": "yaml"}}))
+
+
 def test_tool_use_and_tool_result_round_trip_into_chat():
     body = to_chat(_req(messages=[
         {"role": "user", "content": "weather?"},
@@ -79,7 +88,7 @@ def test_chat_answer_becomes_a_message(finish, matched, reason, sequence):
         "content": "Hi", "tool_calls": [{"id": "call_1", "type": "function", "function": {
             "name": "w", "arguments": '{"city": "Paris"}'}}]}}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
-    message = Message.model_validate(from_chat(chat, _req(stop_sequences=["END"]), "msg_1"))
+    message = Message.model_validate(from_chat(chat, "m", ["END"], "msg_1"))
     assert message.stop_reason == reason and message.stop_sequence == sequence
     assert message.content[0].text == "Hi"
     assert message.content[1].input == {"city": "Paris"} and message.content[1].id == "call_1"

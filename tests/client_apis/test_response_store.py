@@ -2,8 +2,6 @@
 import asyncio
 import uuid
 
-import pytest
-
 from gateway.apis.response_store import (MemoryResponseStore, RedisResponseStore,
                                          StoredResponse)
 
