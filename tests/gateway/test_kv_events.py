@@ -47,6 +47,7 @@ def test_eviction_lora_and_unknown_parents():
     assert resident.match("v", token_block_hashes(TOKENS, BS)) == 1
     index.apply("v", batch(stored([9], 777, TOKENS[12:])))          # parent never seen
     index.apply("v", batch(stored([8], None, [5, 6, 7, 8], lora_id=1)))
+    index.apply("v", batch(stored([6], None, [5, 6, 7, 8]) + [None, [("salt",)]]))
     assert index.unknown_parents == 1 and index.blocks("v") == 2
     assert resident.match("v", token_block_hashes([5, 6, 7, 8], BS)) == 0
     index.apply("v", batch(["AllBlocksCleared"]))
