@@ -34,9 +34,10 @@ from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
 from gateway.state import GatewayServices
 from gateway.tracing import child_span
+from registry.vocabulary import Priority, Tier
 
 log = logging.getLogger("inferplane.gateway")
-PRIORITIES = ("high", "standard", "batch")
+PRIORITIES = frozenset(Priority)
 
 
 @dataclass(slots=True)
@@ -160,7 +161,7 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
         return model_view
     starter = services.cold_starter
     requested = call.parsed.model
-    if starter is not None and (model_view.tier in ("cold", "warm") or call.adapter):
+    if starter is not None and (model_view.tier in (Tier.COLD, Tier.WARM) or call.adapter):
         budget = services.settings.admission.cold_start_budget_s
         with child_span("gateway.cold_start"):
             if await starter.ensure_backend(model_view.name, budget, adapter=call.adapter):
@@ -180,7 +181,7 @@ async def _admit(services: GatewayServices, scope: RequestScope, model_view, cos
     """Wait for an admission slot (weighted fair queue); 429 when full, 503 on timeout."""
     pool = services.admission_pool(model_view)
     principal = scope.principal
-    priority = principal.priority if principal.priority in PRIORITIES else "standard"
+    priority = principal.priority if principal.priority in PRIORITIES else Priority.STANDARD
     try:
         await scope.admit(pool, principal.team or principal.key_id, priority, max(1, cost))
     except QueueFull as exc:

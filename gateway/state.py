@@ -26,8 +26,10 @@ from gateway.settings import GatewaySettings
 from gateway.splits import ShadowMirror
 from gateway.tracing import httpx_trace_hook
 from gateway.usage_record import UsageRecord
+from registry.vocabulary import BackendState, EngineKind
 
 log = logging.getLogger("inferplane.gateway")
+UNPOLLED = frozenset({EngineKind.LITELLM, EngineKind.HOSTED})  # no engine metrics to read
 
 
 class SnapshotSource(Protocol):
@@ -87,7 +89,8 @@ class GatewayServices:
         version = self.snapshot.version
         if getattr(pool, "snapshot_version", None) != version:
             cap = self.settings.admission.max_inflight_per_backend
-            pool.set_backends({b.id: cap for b in model_view.backends if b.state == "ready"})
+            pool.set_backends({b.id: cap for b in model_view.backends
+                               if b.state == BackendState.READY})
             pool.snapshot_version = version
         return pool
 
@@ -140,12 +143,12 @@ async def poll_engine_load(state: GatewayServices) -> None:
     try:
         while True:
             backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
-                        if b.state == "ready" and b.engine not in ("litellm", "hosted")}
+                        if b.state == BackendState.READY and b.engine not in UNPOLLED}
             polls = [_poll_one(state, b) for b in backends.values()]
             if state.settings.routing.prefix_precise:
                 polls += [refresh_resident(state, b) for b in backends.values()
-                          if b.engine == "builtin"]
-                state.kv_events.sync(b for b in backends.values() if b.engine != "builtin")
+                          if b.engine == EngineKind.BUILTIN]
+                state.kv_events.sync(b for b in backends.values() if b.engine != EngineKind.BUILTIN)
             results = await asyncio.gather(*polls, return_exceptions=True)
             for backend, result in zip(backends.values(), results):
                 if not isinstance(result, BaseException):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from gateway.endpoints.base import Endpoint, EngineProtocol, ParsedRequest
 from gateway.schemas import ChatCompletionRequest
+from registry.vocabulary import EngineKind
 
 # vLLM's `continue_final_message` (also SGLang and the builtin engine) continues an answer.
-CONTINUATION_ENGINES = frozenset({"vllm", "sglang", "builtin"})
+CONTINUATION_ENGINES = frozenset({EngineKind.VLLM, EngineKind.SGLANG, EngineKind.BUILTIN})
 
 
 class ChatProtocol(EngineProtocol):
