@@ -8,35 +8,30 @@ so the completion side of every reservation is 0 (ParsedRequest.max_tokens = 0).
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, StrictStr, field_validator
+from pydantic import Field, StrictStr
 
 from gateway.endpoints.base import Endpoint, EngineProtocol, ParsedRequest
-from gateway.schemas import Int, PromptT, _Body
+from gateway.schemas import Int, TokenId, _Body
 
-# OpenAI's bound on the inputs of one request (each an array item).
+# OpenAI's bound on the inputs of one request (one token-id list is ONE input).
 MAX_INPUTS = 2048
+
+Text = Annotated[StrictStr, Field(min_length=1)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+# In the JSON schema itself (not a validator), so clients and fuzzers see the bounds.
+EmbeddingInput = Union[Text, Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)],
+                       TokenIds,
+                       Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)]]
 
 
 class EmbeddingRequest(_Body):
     model: StrictStr
-    input: PromptT   # a text, texts, a token-id list or token-id lists
+    input: EmbeddingInput   # a text, texts, a token-id list or token-id lists; none empty
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Int(1, 2**31 - 1) | None = None
     user: StrictStr | None = None
-
-    @field_validator("input")
-    @classmethod
-    def _inputs(cls, value):
-        """Non-empty inputs, at most MAX_INPUTS of them (one token-id list is ONE input)."""
-        single = isinstance(value, str) or (bool(value) and isinstance(value[0], int))
-        inputs = [value] if single else value
-        if not inputs or any(len(i) == 0 for i in inputs):
-            raise ValueError("input must not be empty, nor hold empty strings or token lists")
-        if len(inputs) > MAX_INPUTS:
-            raise ValueError(f"at most {MAX_INPUTS} inputs per request, got {len(inputs)}")
-        return value
 
 
 class EmbeddingProtocol(EngineProtocol):
@@ -46,11 +41,13 @@ class EmbeddingProtocol(EngineProtocol):
 
     def prompt_tokens(self, estimator, body: dict) -> int:
         value = body.get("input")
-        if isinstance(value, list) and value and isinstance(value[0], int):
-            return len(value)
-        if isinstance(value, list) and value and isinstance(value[0], list):
+        if isinstance(value, str) or not isinstance(value, list):
+            return estimator.count_prompt(value if isinstance(value, str) else "")
+        if all(isinstance(v, str) for v in value):
+            return estimator.count_prompt(value)
+        if value and isinstance(value[0], list):
             return sum(len(ids) for ids in value)
-        return estimator.count_prompt(value or "")
+        return len(value)   # one token-id list
 
     def prompt_text(self, body: dict) -> str:
         return ""   # no prefix to reuse: an encoder keeps no KV cache between requests
@@ -69,6 +66,7 @@ class Embeddings(Endpoint):
     protocol = EMBEDDING
 
     def to_engine(self, body: dict, req: EmbeddingRequest) -> ParsedRequest:
+        body["input"] = req.input   # validated: integral numbers (3.0) are token ids (3)
         return ParsedRequest(model=req.model, body=body, stream=False, include_usage=False,
                              max_tokens=0, max_tokens_param="input", user=req.user)
 
