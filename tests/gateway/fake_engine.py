@@ -105,8 +105,8 @@ async def finished_before_disconnect(request: Request, seconds: float) -> bool:
 def build_app(name: str) -> Starlette:
     engine = Engine(name)
 
-    async def generate(request: Request, chat: bool) -> Response:
-        body = await request.json()
+    def injected_failure(body: dict) -> Response | None:
+        """Counts the request; the configured failure, if any."""
         cfg = engine.config
         engine.stats["requests"] += 1
         engine.stats["last_body"] = body
@@ -114,6 +114,13 @@ def build_app(name: str) -> Starlette:
             error = cfg["fail_body"] or {"error": {"message": f"injected {cfg['fail_status']}",
                                                    "type": "server_error", "code": None}}
             return JSONResponse(error, status_code=cfg["fail_status"])
+        return None
+
+    async def generate(request: Request, chat: bool) -> Response:
+        body = await request.json()
+        cfg = engine.config
+        if (failed := injected_failure(body)) is not None:
+            return failed
         if "TOO_LONG" in orjson.dumps(body).decode():
             return JSONResponse({"object": "error", "message": "prompt is too long for the model",
                                  "type": "BadRequestError", "param": None, "code": 400},
@@ -181,6 +188,20 @@ def build_app(name: str) -> Starlette:
     async def completions_route(request: Request) -> Response:
         return await generate(request, False)
 
+    async def embeddings_route(request: Request) -> Response:
+        """Unit 4-dimensional vectors, one per input; a word is a token."""
+        body = await request.json()
+        if (failed := injected_failure(body)) is not None:
+            return failed
+        value = body.get("input")
+        inputs = [value] if isinstance(value, str) or (value and isinstance(value[0], int)) \
+            else value
+        tokens = sum(len(i.split()) if isinstance(i, str) else len(i) for i in inputs)
+        data = [{"object": "embedding", "index": i, "embedding": [0.5, 0.5, 0.5, 0.5]}
+                for i in range(len(inputs))]
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model"),
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     async def control(request: Request) -> Response:
         update = await request.json()
         if update.get("reset"):
@@ -206,6 +227,7 @@ def build_app(name: str) -> Starlette:
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", completions_route, methods=["POST"]),
+        Route("/v1/embeddings", embeddings_route, methods=["POST"]),
         Route("/control", control, methods=["POST"]),
         Route("/stats", stats), Route("/health", health), Route("/metrics", metrics),
         Route("/v1/models", models),
