@@ -103,14 +103,22 @@ class OpenAIError(InferplaneError):
                          headers=headers)
 
 
+def _upstream_type(value, status: int) -> str | None:
+    # vLLM names the exception class ("BadRequestError", "NotFoundError"); OpenAI's types are
+    # snake_case ("invalid_request_error"): anything else is replaced by the status's type.
+    if isinstance(value, str) and value.islower():
+        return value
+    return _type_for(status) if value is not None else None
+
+
 def error_from_upstream(status: int, body: dict | None) -> OpenAIError:
     """Normalise an engine's error body (vLLM, TGI, FastAPI shapes) into an OpenAIError."""
     body = body or {}
     inner = body.get("error")
     if isinstance(inner, dict):
         return OpenAIError(status, str(inner.get("message") or "upstream error"),
-                           type=inner.get("type"), param=inner.get("param"),
-                           code=_code(inner.get("code")))
+                           type=_upstream_type(inner.get("type"), status),
+                           param=inner.get("param"), code=_code(inner.get("code")))
     message = body.get("message") or inner or body.get("detail") or "upstream error"
     if not isinstance(message, str):
         message = orjson.dumps(message).decode()
