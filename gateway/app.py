@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import install_error_handlers
+from gateway.fast_lane import GatewayApp
 from gateway.openapi_doc import install_openapi
 from gateway.logging_setup import configure_logging
 from gateway.request_context import RequestContextMiddleware
@@ -24,8 +25,9 @@ from gateway.state import GatewayServices, build_services, poll_engine_load
 
 log = logging.getLogger("inferplane.gateway")
 # FastAPI releases with built-in OpenTelemetry would add a second server span per request
-# (RequestContextMiddleware makes the gateway's, with request ids) and ignore our provider.
-_NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
+# (RequestContextMiddleware makes the gateway's, with request ids) and ignore our provider;
+# their metrics and logs would look providers up on every request for nothing.
+_NATIVE_TELEMETRY_OFF = {"telemetry": {"tracing": False, "metrics": False, "logs": False}} \
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 
 
@@ -60,8 +62,8 @@ def create_gateway_app(settings: GatewaySettings, snapshot_source,
         configure_logging(settings.log_level, log_prompts=settings.log_prompts)
     configure_from_settings(settings.tracing)
     state = build_services(settings, snapshot_source, cold_starter=cold_starter)
-    app = FastAPI(title="Inferplane", default_response_class=OrjsonResponse,
-                  lifespan=_lifespan(state), **_NATIVE_TRACING_OFF)
+    app = GatewayApp(title="Inferplane", default_response_class=OrjsonResponse,
+                     lifespan=_lifespan(state), **_NATIVE_TELEMETRY_OFF)
     app.state.gateway = state
     app.state.snapshot_source = snapshot_source
     install_error_handlers(app)
