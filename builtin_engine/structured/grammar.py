@@ -79,9 +79,10 @@ class StructuredCompiler:
             param = "response_format.json_schema.schema"
             schema = spec.get("schema", {})
             _check_schema(schema, param)
+            # strict or not, the output follows the schema exactly: the extra properties a
+            # non-strict schema allows only let a small model ramble until max_tokens
             return self._guarded(lambda: self._compiler.compile_json_schema(
-                json.dumps(schema), any_whitespace=False,
-                strict_mode=bool(spec.get("strict", True))), param)
+                json.dumps(schema), any_whitespace=False, strict_mode=True), param)
         return None
 
     def _guarded(self, build, param: str):
