@@ -72,6 +72,18 @@ def fast_route(route) -> FastRoute | None:
     return FastRoute(route.endpoint, d.request_param_name, tuple(deps))
 
 
+def _routes(router):
+    """Every route of `router`, including those of routers included with no prefix or
+    dependencies of their own (FastAPI >= 0.165 keeps included routers as one entry)."""
+    for route in router.routes:
+        included = getattr(route, "original_router", None)
+        context = getattr(route, "include_context", None)
+        if included is None:
+            yield route
+        elif context is not None and not context.prefix and not context.dependencies:
+            yield from _routes(included)
+
+
 FAST_ROUTE = "inferplane.fast_route"   # scope key: the FastRoute the short way serves
 
 
@@ -95,16 +107,16 @@ class GatewayApp(FastAPI):
 
     def _find_fast(self) -> dict[str, FastRoute]:
         """Built on the first POST: every router and middleware is added by then."""
-        found: dict[str, FastRoute] = {}
-        for route in self.router.routes:
-            if (fast := fast_route(route)) is not None:
-                found.setdefault(route.path, fast)
+        found: dict[str, FastRoute | None] = {}
+        for route in _routes(self.router):   # the first POST route of a path is what serves it
+            if isinstance(route, APIRoute) and "POST" in route.methods:
+                found.setdefault(route.path, fast_route(route))
         stack = self._serve_fast
         for cls, args, kwargs in reversed(self.user_middleware):   # nested as FastAPI does
             stack = cls(stack, *args, **kwargs)
         self._fast_stack = stack
-        self._fast = found
-        return found
+        self._fast = {path: fast for path, fast in found.items() if fast is not None}
+        return self._fast
 
     async def _serve_fast(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)

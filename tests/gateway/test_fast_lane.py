@@ -73,6 +73,22 @@ def test_only_request_taking_post_routes_are_eligible(app):
     assert eligible == {"/v1/echo", "/v1/boom"}
 
 
+async def test_routes_of_included_routers_take_the_short_way():
+    from fastapi import APIRouter
+    router = APIRouter(prefix="/v2")
+
+    @router.post("/echo")
+    async def echo2(request: Request, principal: Who) -> Response:
+        CALLS.append(request.scope.get("inferplane.fast_route") and "fast" or "slow")
+        return Response(principal.encode())
+
+    app = make_app()
+    app.include_router(router)
+    CALLS.clear()
+    r = await _post(app, "/v2/echo", headers={"authorization": "k2"})
+    assert r.content == b"k2" and CALLS == ["fast"]
+
+
 async def test_short_way_keeps_middleware_and_dependencies(app):
     r = await _post(app, "/v1/echo", content=b"hi ", headers={"authorization": "k1"})
     assert r.status_code == 200 and r.content == b"hi k1"
