@@ -5,6 +5,8 @@ Anthropic clients send their key as `x-api-key` (the SDK's default) or as a Bear
 Every error, authentication included, is rendered in Anthropic's shape, so authentication
 runs inside the route rather than as a dependency (whose errors take the OpenAI shape).
 """
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -16,6 +18,7 @@ from gateway.errors import InferplaneError
 from gateway.pipeline import handle
 from gateway.resolve import check_access, resolve_model
 from gateway.responses import OrjsonResponse
+from gateway.routing.precise import TOKENIZE_TIMEOUT_S
 from gateway.schemas import openapi_body
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
@@ -63,9 +66,14 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def _engine_count(services, model_view, body: dict) -> int | None:
-    for backend in services.router.candidates(model_view.backends):
+    """The prompt's length in the model's tokens, from one ready backend's /tokenize."""
+    for backend in services.router.candidates(model_view.backends)[:2]:
         request = CHAT.tokenize_body(body, backend.served_model)
-        tokens = await services.adapters.get(backend).tokenize(request) if request else None
+        try:
+            async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+                tokens = await services.adapters.get(backend).tokenize(request)
+        except TimeoutError:    # a slow engine: the next one, or the estimate
+            tokens = None
         if tokens is not None:
             return len(tokens)
     return None

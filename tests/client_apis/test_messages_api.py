@@ -6,6 +6,7 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from tests.client_apis.conftest import new_key
 from tests.conftest import free_port, running_up
@@ -70,6 +71,56 @@ def test_count_tokens_counts_the_rendered_prompt(client):
     assert 0 < short.input_tokens < longer.input_tokens
     made = client.messages.create(model=MODEL, max_tokens=1, messages=QUESTION)
     assert short.input_tokens == made.usage.input_tokens   # the engine's own count
+
+
+WEATHER = {"name": "get_weather", "description": "Current weather of a city",
+           "input_schema": {"type": "object", "additionalProperties": False,
+                            "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+NAMED = {"type": "tool", "name": "get_weather"}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_tool_use_round_trip(client):
+    asked = client.messages.create(model=MODEL, max_tokens=40, messages=ASK, tools=[WEATHER],
+                                   tool_choice=NAMED, extra_body=GREEDY)
+    uses = [b for b in asked.content if b.type == "tool_use"]
+    assert asked.stop_reason == "tool_use" and len(uses) == 1
+    assert uses[0].name == "get_weather" and isinstance(uses[0].input["city"], str)
+    answered = client.messages.create(
+        model=MODEL, max_tokens=24, tools=[WEATHER], tool_choice={"type": "none"},
+        extra_body=GREEDY, messages=[*ASK, {"role": "assistant", "content": asked.content},
+                                     {"role": "user", "content": [{
+                                         "type": "tool_result", "tool_use_id": uses[0].id,
+                                         "content": "21 degrees and sunny"}]}])
+    assert answered.content[0].type == "text" and answered.content[0].text
+    assert answered.stop_reason in ("end_turn", "max_tokens")
+    # the call and its result reached the engine as turns after the question
+    alone = client.messages.count_tokens(model=MODEL, messages=ASK).input_tokens
+    assert answered.usage.input_tokens > alone + 10
+
+
+def test_tool_use_streams_as_input_json_deltas(client):
+    with client.messages.stream(model=MODEL, max_tokens=40, messages=ASK, tools=[WEATHER],
+                                tool_choice=NAMED, extra_body=GREEDY) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds.count("content_block_start") == 1 and kinds[-1] == "message_stop"
+    use = final.content[-1]
+    assert use.type == "tool_use" and isinstance(use.input["city"], str)
+    assert final.stop_reason == "tool_use"
+
+
+class City(BaseModel):
+    name: str
+    country: str
+
+
+def test_messages_parse_with_a_pydantic_model(client):
+    parsed = client.messages.parse(model=MODEL, max_tokens=48, output_format=City,
+                                   extra_body=GREEDY, messages=[
+                                       {"role": "user",
+                                        "content": "Give the capital of France as JSON."}])
+    assert isinstance(parsed.parsed_output, City) and parsed.parsed_output.name
 
 
 def test_bearer_auth_works_too(stack):

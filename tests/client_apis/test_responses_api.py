@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel
 
 from tests.client_apis.conftest import new_key
 from tests.conftest import free_port, running_up
@@ -77,6 +78,65 @@ def test_raw_stream_has_sequence_numbers_and_no_done_marker(stack, client):
     events = [line for line in body.splitlines() if line.startswith("data: ")]
     numbers = [json.loads(e[6:])["sequence_number"] for e in events]
     assert numbers == list(range(len(events))) and "[DONE]" not in body
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather of a city",
+           "strict": True, "parameters": {"type": "object", "additionalProperties": False,
+                                          "properties": {"city": {"type": "string"}},
+                                          "required": ["city"]}}
+NAMED = {"type": "function", "name": "get_weather"}
+
+
+class City(BaseModel):
+    name: str
+    country: str
+
+
+def test_function_call_round_trip(client):
+    asked = client.responses.create(model=MODEL, input="What is the weather in Paris?",
+                                    tools=[WEATHER], tool_choice=NAMED, temperature=0,
+                                    max_output_tokens=40)
+    calls = [o for o in asked.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert isinstance(json.loads(calls[0].arguments)["city"], str)
+    assert asked.tools[0].name == "get_weather"
+    result = json.dumps({"temperature_c": 21, "sky": "sunny"})
+    answered = client.responses.create(
+        model=MODEL, previous_response_id=asked.id, tools=[WEATHER], tool_choice="none",
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": result}],
+        temperature=0, max_output_tokens=24)
+    assert answered.output_text and not [o for o in answered.output
+                                         if o.type == "function_call"]
+    # the call and its result reached the engine as chat turns after the question
+    alone = client.responses.create(model=MODEL, input="What is the weather in Paris?",
+                                    max_output_tokens=1, store=False).usage.input_tokens
+    assert answered.usage.input_tokens > alone + 10
+
+
+def test_function_call_streams_as_argument_deltas(client):
+    with client.responses.stream(model=MODEL, input="What is the weather in Oslo?",
+                                 tools=[WEATHER], tool_choice=NAMED, temperature=0,
+                                 max_output_tokens=40) as stream:
+        events = list(stream)
+    kinds = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in kinds
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and isinstance(json.loads(done[0].arguments)["city"], str)
+    final = events[-1].response.output[-1]
+    assert final.type == "function_call" and final.arguments == done[0].arguments
+
+
+def test_responses_parse_with_a_pydantic_model(client):
+    parsed = client.responses.parse(model=MODEL, input="Give the capital of France as JSON.",
+                                    text_format=City, temperature=0, max_output_tokens=48)
+    assert isinstance(parsed.output_parsed, City) and parsed.output_parsed.name
+
+
+def test_chat_completions_parse_with_a_pydantic_model(client):
+    parsed = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "Give the capital of France as JSON."}],
+        response_format=City, temperature=0, max_tokens=48)
+    assert isinstance(parsed.choices[0].message.parsed, City)
 
 
 def test_store_false_delete_and_not_found(client):
