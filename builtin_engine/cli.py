@@ -51,6 +51,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode-graphs", default=d.decode_graphs, choices=["auto", "off", "static"],
                    help="CUDA graphs for decode steps (auto: on CUDA with Triton attention)")
     p.add_argument("--enforce-eager", action="store_true", help="same as --decode-graphs off")
+    p.add_argument("--compile", default=None, action=argparse.BooleanOptionalAction,
+                   help="torch.compile the decode step (default: on for CPU)")
+    p.add_argument("--compile-cache-dir", default=None,
+                   help="compiled kernels' cache (default $INFERPLANE_DATA_DIR/inductor)")
     p.add_argument("--max-graph-batch", type=int, default=d.max_graph_batch,
                    help="largest decode batch replayed from a graph")
     p.add_argument("--simulate", action="store_true", help="run the scheduler without the model")
@@ -93,7 +97,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
         decode_graphs="off" if a.enforce_eager else a.decode_graphs,
-        max_graph_batch=a.max_graph_batch, quantization=a.quantization,
+        max_graph_batch=a.max_graph_batch, compile=a.compile,
+        compile_cache_dir=a.compile_cache_dir, quantization=a.quantization,
         speculative_ngram=a.speculative_ngram,
         num_speculative_tokens=a.num_speculative_tokens,
         sim_prefill_s_per_token=a.sim_prefill_s_per_token, sim_decode_base_s=a.sim_decode_base_s,

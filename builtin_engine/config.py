@@ -1,7 +1,12 @@
 """Engine configuration: one dataclass shared by the CLI, the server and the engine core."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+# Overrides the device default of EngineConfig.compile (test suites set 0: compiling costs
+# each engine start up to a minute on a small CPU; the compile tests ask for it explicitly).
+COMPILE_ENV = "INFERPLANE_COMPILE"
 
 
 @dataclass
@@ -38,6 +43,10 @@ class EngineConfig:
     # decode CUDA graphs: auto (on CUDA with Triton attention) | off | static (no capture)
     decode_graphs: str = "auto"
     max_graph_batch: int = 256  # larger decode batches run eagerly
+    # torch.compile'd decode step (compiled_step.py): None = by device (on for CPU, where it
+    # measured faster; CUDA has its graphs); compiled kernels persist in compile_cache_dir
+    compile: bool | None = None
+    compile_cache_dir: str | None = None  # None = $INFERPLANE_DATA_DIR/inductor or ~/.cache
     quantization: str | None = None  # None | int8 (weight-only linear layers)
     # n-gram (prompt lookup) speculative decoding: 0 = off, else the n-gram size matched
     speculative_ngram: int = 0
@@ -66,6 +75,17 @@ class EngineConfig:
 
     def resolved_attention_backend(self) -> str:
         return self.attention_backend or ("triton" if self.device.startswith("cuda") else "torch")
+
+    def resolved_compile(self) -> tuple[bool, str]:
+        """(compile the decode step?, why) for the startup line."""
+        if self.compile is not None:
+            return self.compile, "requested"
+        env = os.environ.get(COMPILE_ENV, "").strip().lower()
+        if env in ("0", "1", "false", "true", "off", "on"):
+            return env in ("1", "true", "on"), f"{COMPILE_ENV}={env}"
+        if self.device.startswith("cpu"):
+            return True, "default on cpu"
+        return False, f"default on {self.device} (decode graphs instead)"
 
     def resolved_kernels(self) -> str:
         return self.kernels or ("triton" if self.device.startswith("cuda") else "torch")

@@ -12,6 +12,7 @@ import torch
 
 from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
+from .compiled_step import build_compiled_decode
 from .graphed_decode import build_graphed_decode
 from .kernels.attention import AttentionMetadata
 from .logprobs import TokenLogprob, pick, raw_logprobs
@@ -58,6 +59,7 @@ class ModelRunner:
         # Captured after the KV cache exists: the graphs hold its addresses.
         self.graphed = build_graphed_decode(config, self.model, self.kv_caches, max_len,
                                             self.device)
+        self.compiled = build_compiled_decode(config, self.model, self.kv_caches)
 
     def describe(self) -> str:
         """What runs the model, for the startup line: device, dtype, kernels, graphs, KV."""
@@ -69,8 +71,11 @@ class ModelRunner:
         spec = (f", n-gram speculation n={c.speculative_ngram} k={c.num_speculative_tokens}"
                 if c.speculative_ngram else "")
         spec += f", {c.quantization} weights" if c.quantization else ""
+        compiled = "off" if self.compiled is None else (
+            f"inductor, warm-up {self.compiled.warm_up_s:.0f}s")
         return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {self.model.ops.name}, "
-                f"decode graphs: {graphs}, KV cache {self.num_device_blocks} blocks of "
+                f"decode graphs: {graphs}, compiled decode step: {compiled} "
+                f"({c.resolved_compile()[1]}), KV cache {self.num_device_blocks} blocks of "
                 f"{self.block_size} tokens{spec}")
 
     # ---- KV cache sizing -----------------------------------------------------------------
@@ -175,6 +180,8 @@ class ModelRunner:
     def _forward(self, batch: StepBatch) -> torch.Tensor:
         if self.graphed is not None and self.graphed.accepts(batch.meta, batch.lora):
             return self.graphed.forward(batch.input_ids, batch.positions, batch.meta)
+        if self.compiled is not None and self.compiled.accepts(batch.meta, batch.lora):
+            return self.compiled.forward(batch.input_ids, batch.positions, batch.meta)
         return self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta,
                           batch.lora)
 

@@ -16,6 +16,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# Engines under test run their decode step eagerly unless a test asks for the compiled one
+# (tests/engine_compile): compiling costs each engine start up to a minute on a small CPU.
+os.environ.setdefault("INFERPLANE_COMPILE", "0")
 
 
 @pytest.fixture(scope="session")
