@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from rule_model import ENGINE_JOB, GATEWAY_JOB, Alert, RuleConfig, group, number
 
-from registry.vocabulary import BreakerState
+from registry.vocabulary import BreakerState, RolloutPhase
 
 GW = f'job="{GATEWAY_JOB}"'
 ENGINE = f'job="{ENGINE_JOB}"'
 # Rejection reasons that mean "a caller hit its quota", as opposed to overload.
 RATE_LIMIT_REASONS = "rate_limit|rpm|tpm|budget"
 BREAKER_OPEN = BreakerState.OPEN.code
-ROLLOUT_PROGRESSING, ROLLOUT_ABORTING = 1, 5
+ROLLOUT_PROGRESSING, ROLLOUT_ABORTING = RolloutPhase.PROGRESSING.code, RolloutPhase.ABORTING.code
 
 
 def gateway_alerts(config: RuleConfig) -> list[Alert]:

@@ -16,7 +16,7 @@ from registry.models import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
 from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
-from registry.vocabulary import BackendState, EngineKind, Tier
+from registry.vocabulary import BackendState, EngineKind, Role, Tier
 
 from .settings import ModelSpec, Settings
 from .supervisor import EngineSpec, free_port
@@ -39,7 +39,7 @@ def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]
     with sessions.begin() as session:
         digest = keyring.hash_key(secret)
         if session.scalar(select(ApiKey).where(ApiKey.key_hash == digest)) is None:
-            create_key(session, ADMIN_KEY_NAME, role="admin", secret=secret)
+            create_key(session, ADMIN_KEY_NAME, role=Role.ADMIN, secret=secret)
             bump_version(session)
     return secret, created
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 from grafana import (RATE, dashboard, query_variable, quantiles, state_timeline, target,
                      timeseries, value_mappings)
 
+from registry.vocabulary import RolloutPhase
+
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
-ROLLOUT_STATES = {
-    0: ("pending", "blue"), 1: ("progressing", "yellow"), 2: ("paused", "orange"),
-    3: ("promoting", "purple"), 4: ("succeeded", "green"), 5: ("aborting", "red"),
-    6: ("rolled back", "dark-red"),
+PHASE_COLOURS = {
+    RolloutPhase.PENDING: "blue", RolloutPhase.PROGRESSING: "yellow", RolloutPhase.PAUSED: "orange",
+    RolloutPhase.PROMOTING: "purple", RolloutPhase.SUCCEEDED: "green",
+    RolloutPhase.ABORTING: "red", RolloutPhase.ROLLED_BACK: "dark-red",
 }
+ROLLOUT_STATES = {phase.code: (phase.label, colour) for phase, colour in PHASE_COLOURS.items()}
 
 
 def variables() -> list[dict]:

@@ -118,7 +118,35 @@ class SplitMode(enum.StrEnum):
     SWITCH = "switch"
 
 
+class RolloutPhase(enum.StrEnum):
+    """Where a rollout is (control_plane.rollouts.spec): pending → progressing → promoting →
+    succeeded, or → aborting → rolled_back; paused in between. `code` is the value of
+    inferplane_rollout_state, read by the gauge, the rollouts dashboard and the alert rules."""
+
+    PENDING = "pending"
+    PROGRESSING = "progressing"
+    PAUSED = "paused"
+    PROMOTING = "promoting"
+    SUCCEEDED = "succeeded"
+    ABORTING = "aborting"
+    ROLLED_BACK = "rolled_back"
+
+    @property
+    def code(self) -> int:
+        return _PHASE_CODES[self]
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+
+_PHASE_CODES = {phase: n for n, phase in enumerate(RolloutPhase)}  # exported gauge values
+
+
 class RolloutState(enum.StrEnum):
+    """The registry's coarser rollouts.state the snapshot routes on (running/paused: splits
+    active); the phase itself lives in the row's status."""
+
     PENDING = "pending"
     RUNNING = "running"
     PAUSED = "paused"
@@ -160,6 +188,6 @@ class EngineKind(enum.StrEnum):
     HOSTED = "hosted"
 
 
-__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Priority",
-           "Role", "RolloutState", "RolloutStrategy", "RoutingStrategy", "SplitMode", "Tier",
-           "VersionKind", "VersionStatus", "values"]
+__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Priority", "Role",
+           "RolloutPhase", "RolloutState", "RolloutStrategy", "RoutingStrategy",
+           "SplitMode", "Tier", "VersionKind", "VersionStatus", "values"]

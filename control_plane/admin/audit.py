@@ -15,6 +15,7 @@ from sqlalchemy import select
 from gateway.auth import Principal
 from gateway.errors import OpenAIError
 from registry.models import AuditLog
+from registry.vocabulary import Role
 
 from .common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
 
@@ -33,7 +34,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
                                               description="next_cursor of the last page"),
                    who: Principal = Depends(operator)):
         stmt = select(AuditLog).order_by(AuditLog.id.desc()).limit(limit + 1)
-        if not who.has_role("admin"):
+        if not who.has_role(Role.ADMIN):
             if resource_type in ADMIN_ONLY_RESOURCES:
                 raise OpenAIError(403, f"audit records of {resource_type} need the admin role",
                                   param="resource_type", code="forbidden")

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from gateway.auth import Principal
 from gateway.errors import OpenAIError
+from registry.vocabulary import BreakerState
 
 from .common import AdminContext, operator
 
@@ -42,7 +43,7 @@ def backend_status(gateway) -> list[dict]:
         for b in model.backends:
             view = book.engine_view(b.id)
             out.append({"id": b.id, "model": model.name, "state": b.state,
-                        "breaker": breakers.get(b.id, "closed"),
+                        "breaker": breakers.get(b.id, BreakerState.CLOSED),
                         "inflight": book.inflight.get(b.id, 0), "running": view.running,
                         "waiting": view.waiting, "kv_usage": view.kv_usage,
                         "prefix_hit_rate": view.prefix_hit_rate})

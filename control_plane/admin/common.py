@@ -20,6 +20,7 @@ from registry import vocabulary
 from registry.errors import check_row_version
 from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
+from registry.vocabulary import Role
 
 from .db_errors import install_db_error_handlers
 
@@ -39,8 +40,8 @@ RowVersion = Annotated[int, Field(ge=0, le=MAX_INT)]
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Money = Annotated[float, Field(ge=0, le=1e12)]
 
-operator = require_role("operator")  # admins pass too: roles nest
-admin = require_role("admin")
+operator = require_role(Role.OPERATOR)  # admins pass too: roles nest
+admin = require_role(Role.ADMIN)
 
 
 class Body(BaseModel):

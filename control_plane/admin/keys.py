@@ -117,7 +117,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         def apply(session, key, changes):
             if "team" in changes:
                 check_team(session, changes["team"])
-            if changes.get("role", "admin") != "admin" or changes.get("expires_at"):
+            if changes.get("role", Role.ADMIN) != Role.ADMIN or changes.get("expires_at"):
                 check_admin_remains(session, key, "demoted" if "role" in changes else "expired")
             for field, value in changes.items():
                 setattr(key, field, value)

@@ -33,7 +33,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from registry.models import Rollout
 from registry.queries import audit, bump_snapshot_version
-from registry.vocabulary import SplitMode
+from registry.vocabulary import RolloutPhase as Phase, SplitMode
 
 from . import store, transitions as t
 from .analysis import Measurement, measure, unavailable
@@ -129,21 +129,21 @@ class RolloutController:
                 bump_snapshot_version(session)
             model = store.model_names(session, [rollout])[rollout.model_id]
         self.gauges.update(model, rollout)  # after the commit: only states that happened
-        if after[0] in ("paused", "succeeded", "rolled_back"):
+        if after[0] in (Phase.PAUSED, Phase.SUCCEEDED, Phase.ROLLED_BACK):
             self._baselines.pop(rollout_id, None)
         return after != before
 
     def _advance(self, session: Session, rollout: Rollout, scrape: Scrape | None,
                  now: float) -> None:
         phase = t.phase_of(rollout)
-        if phase == "pending":
+        if phase == Phase.PENDING:
             self._pending(session, rollout, now)
-        elif phase == "progressing":
+        elif phase == Phase.PROGRESSING:
             self._progressing(session, rollout, scrape, now)
-        elif phase == "promoting":
+        elif phase == Phase.PROMOTING:
             if now - t.status_of(rollout)["since"] >= t.spec_of(rollout).warm_delay_s:
                 t.finish(session, rollout, "old version released after warm delay", now)
-        elif phase == "aborting":
+        elif phase == Phase.ABORTING:
             t.finish(session, rollout, "candidate weight is 0; rolled back", now)
 
     # --- phases -------------------------------------------------------------------------

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from registry.vocabulary import RolloutState, RolloutStrategy, SplitMode, values
+from registry.vocabulary import (RolloutPhase as Phase, RolloutState, RolloutStrategy, SplitMode,
+                                 values)
 
-PHASES = ("pending", "progressing", "paused", "promoting", "succeeded", "aborting",
-          "rolled_back")
-PHASE_NUMBER = {phase: n for n, phase in enumerate(PHASES)}  # inferplane_rollout_state values
-ACTIVE_PHASES = ("pending", "progressing", "paused", "promoting", "aborting")
-FINAL_PHASES = ("succeeded", "rolled_back")
+PHASES = values(Phase)
+PHASE_NUMBER = {phase: phase.code for phase in Phase}  # inferplane_rollout_state values
+ACTIVE_PHASES = (Phase.PENDING, Phase.PROGRESSING, Phase.PAUSED, Phase.PROMOTING,
+                 Phase.ABORTING)
+FINAL_PHASES = (Phase.SUCCEEDED, Phase.ROLLED_BACK)
 DB_STATE = {  # phase → registry rollouts.state
-    "pending": RolloutState.PENDING, "progressing": RolloutState.RUNNING,
-    "paused": RolloutState.PAUSED, "promoting": RolloutState.RUNNING,
-    "succeeded": RolloutState.PROMOTED, "aborting": RolloutState.RUNNING,
-    "rolled_back": RolloutState.ROLLED_BACK,
+    Phase.PENDING: RolloutState.PENDING, Phase.PROGRESSING: RolloutState.RUNNING,
+    Phase.PAUSED: RolloutState.PAUSED, Phase.PROMOTING: RolloutState.RUNNING,
+    Phase.SUCCEEDED: RolloutState.PROMOTED, Phase.ABORTING: RolloutState.RUNNING,
+    Phase.ROLLED_BACK: RolloutState.ROLLED_BACK,
 }
 STRATEGIES = values(RolloutStrategy)
 
@@ -108,7 +109,7 @@ class ResumeBody(Strict):
 def split_mode(strategy: str, phase: str) -> SplitMode:
     """How the snapshot should split traffic now (shadow mirrors, anything else serves).
     blue_green's gate mirrors, so the candidate is measured before it serves anyone."""
-    if phase in ("promoting", "succeeded"):
+    if phase in (Phase.PROMOTING, Phase.SUCCEEDED):
         return SplitMode.SWITCH
     if strategy in (RolloutStrategy.SHADOW, RolloutStrategy.BLUE_GREEN):
         return SplitMode.SHADOW

@@ -17,6 +17,7 @@ from registry.errors import ConflictError, NotFoundError
 from registry.models import Alias, Backend, Model, ModelVersion, Rollout
 from registry.queries import get_model
 from registry.serialize import as_utc
+from registry.vocabulary import BackendState, RolloutPhase as Phase, RolloutState
 
 from .spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
 from .transitions import enter, phase_of, spec_of, status_of
@@ -46,8 +47,8 @@ def active_for_model(session: Session, model_id: int) -> Rollout | None:
 def candidate_ready(session: Session, rollout: Rollout) -> bool:
     """The health gate: some backend of the candidate version is ready to serve."""
     return session.scalar(select(Backend.id).where(
-        Backend.version_id == rollout.to_version_id, Backend.state == "ready").limit(1)) \
-        is not None
+        Backend.version_id == rollout.to_version_id,
+        Backend.state == BackendState.READY).limit(1)) is not None
 
 
 def create(session: Session, body: RolloutCreate, now: float) -> Rollout:
@@ -67,13 +68,13 @@ def create(session: Session, body: RolloutCreate, now: float) -> Rollout:
         raise ConflictError(f"model '{model.name}' already has rollout {busy.id} "
                             f"({phase_of(busy)}); abort or finish it first",
                             param="model", code="rollout_in_progress")
-    spec = body.model_dump(mode="json") | {"mode": split_mode(body.strategy, "pending")}
+    spec = body.model_dump(mode="json") | {"mode": split_mode(body.strategy, Phase.PENDING)}
     rollout = Rollout(model_id=model.id, from_version_id=alias.version_id,
-                      to_version_id=candidate.id, spec=spec, state="pending", step=0,
+                      to_version_id=candidate.id, spec=spec, state=RolloutState.PENDING, step=0,
                       weight=0.0, measurements={"failures": 0})
     session.add(rollout)
     session.flush()
-    enter(session, rollout, "pending", "created", now)
+    enter(session, rollout, Phase.PENDING, "created", now)
     session.flush()
     return rollout
 

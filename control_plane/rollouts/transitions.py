@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from registry.errors import ConflictError
 from registry.models import Model, Rollout, RolloutEvent
 from registry.queries import set_alias
+from registry.vocabulary import RolloutPhase as Phase
 
 from .analysis import Measurement
 from .spec import DB_STATE, RolloutCreate, split_mode
@@ -30,7 +31,7 @@ def status_of(rollout: Rollout) -> dict[str, Any]:
 
 
 def phase_of(rollout: Rollout) -> str:
-    return status_of(rollout).get("phase", "pending")
+    return status_of(rollout).get("phase", Phase.PENDING)
 
 
 def _event(session: Session, rollout: Rollout, kind: str, message: str,
@@ -59,7 +60,7 @@ def start_step(session: Session, rollout: Rollout, index: int, reason: str, now:
     steps = spec_of(rollout).steps
     rollout.step = index
     rollout.weight = steps[index].weight
-    enter(session, rollout, "progressing", reason, now, step_started_at=now, passed_in_step=0,
+    enter(session, rollout, Phase.PROGRESSING, reason, now, step_started_at=now, passed_in_step=0,
           inconclusive=0)
 
 
@@ -69,14 +70,14 @@ def promote(session: Session, rollout: Rollout, actor: str, reason: str, now: fl
     model = session.get(Model, rollout.model_id)
     set_alias(session, model, spec.alias, rollout.to_version.label, actor)
     rollout.weight = 1.0
-    enter(session, rollout, "promoting", reason, now)
+    enter(session, rollout, Phase.PROMOTING, reason, now)
 
 
 def abort(session: Session, rollout: Rollout, reason: str, now: float,
           detail: dict | None = None) -> None:
     """Rollback: the candidate's share drops to 0; the alias was never touched."""
     rollout.weight = 0.0
-    enter(session, rollout, "aborting", reason, now, detail)
+    enter(session, rollout, Phase.ABORTING, reason, now, detail)
 
 
 def pause(session: Session, rollout: Rollout, reason: str, now: float) -> None:
@@ -85,12 +86,12 @@ def pause(session: Session, rollout: Rollout, reason: str, now: float) -> None:
     keep serving while nobody decides. Resuming restarts the step at its weight."""
     resume_to = phase_of(rollout)
     rollout.weight = 0.0
-    enter(session, rollout, "paused", reason, now, resume_phase=resume_to)
+    enter(session, rollout, Phase.PAUSED, reason, now, resume_phase=resume_to)
 
 
 def resume(session: Session, rollout: Rollout, reason: str, now: float) -> None:
-    target = status_of(rollout).get("resume_phase", "progressing")
-    if target == "progressing":
+    target = status_of(rollout).get("resume_phase", Phase.PROGRESSING)
+    if target == Phase.PROGRESSING:
         # The interrupted step starts over: its pause and its passing measurement are owed.
         start_step(session, rollout, rollout.step, reason, now)
     else:
@@ -98,7 +99,7 @@ def resume(session: Session, rollout: Rollout, reason: str, now: float) -> None:
 
 
 def finish(session: Session, rollout: Rollout, reason: str, now: float) -> None:
-    final = "succeeded" if phase_of(rollout) == "promoting" else "rolled_back"
+    final = Phase.SUCCEEDED if phase_of(rollout) == Phase.PROMOTING else Phase.ROLLED_BACK
     enter(session, rollout, final, reason, now, finished_at=now)
 
 
@@ -115,10 +116,10 @@ def record_measurement(session: Session, rollout: Rollout, measurement: Measurem
 
 
 ALLOWED = {  # operator action → phases it may start from
-    "promote": ("pending", "progressing", "paused"),
-    "abort": ("pending", "progressing", "paused"),
-    "pause": ("pending", "progressing"),
-    "resume": ("paused",),
+    "promote": (Phase.PENDING, Phase.PROGRESSING, Phase.PAUSED),
+    "abort": (Phase.PENDING, Phase.PROGRESSING, Phase.PAUSED),
+    "pause": (Phase.PENDING, Phase.PROGRESSING),
+    "resume": (Phase.PAUSED,),
 }
 
 

@@ -8,6 +8,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import RouteContext, Router
 from gateway.settings import RoutingSettings
 from registry.snapshot import BackendView
+from registry.vocabulary import RoutingStrategy
 from tests.gateway.conftest import backend, chat_body, model
 
 
@@ -24,6 +25,20 @@ def router(strategy: str, **kw) -> Router:
 def picks(r: Router, backends, n: int, ctx_factory=lambda i: RouteContext("m")) -> Counter:
     mv = model("m", backends, routing="")
     return Counter(r.pick(mv, mv.backends, ctx_factory(i)).id for i in range(n))
+
+
+def test_every_strategy_in_the_vocabulary_has_a_picker_and_picks():
+    r = router("least_loaded")
+    assert set(r.strategies) == set(RoutingStrategy)
+    for strategy in RoutingStrategy:
+        mv = model("m", [bv(0), bv(1)], routing=strategy.value)
+        assert r.strategy_name(mv) == strategy
+        assert r.pick(mv, mv.backends, RouteContext("m", session_key="s")).id in {"b0", "b1"}
+
+
+def test_a_typod_strategy_is_refused_by_the_settings():
+    with pytest.raises(ValueError, match="least_loaded"):
+        RoutingSettings(strategy="least_loadd")
 
 
 def test_round_robin_is_even():
