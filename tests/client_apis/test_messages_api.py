@@ -8,24 +8,23 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from tests.client_apis.conftest import new_key
-from tests.conftest import free_port, running_up
-from tests.faults.conftest import Stack, assert_nothing_lost
+from tests.client_apis.conftest import (FLAKY, MODEL, client_api_stack, engine_faults,
+                                       new_key)
+from tests.faults.conftest import assert_nothing_lost
 
-MODEL = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0}    # this SDK has no sampling arguments: the API still takes them
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    config = {"engine_port_base": free_port(),
-              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 4},
-                          "price_in_per_1k": 0.01, "price_out_per_1k": 0.02}]}
-    with running_up(tmp_path_factory.mktemp("messages"), config) as (base, key, _):
-        stack = Stack(base, key)
-        stack.create_key()
-        yield stack
+def up(tmp_path_factory):
+    with client_api_stack(tmp_path_factory.mktemp("messages")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stack(up):
+    return up[0]
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +174,41 @@ def test_rate_limited_key_gets_an_anthropic_rate_limit_error(stack):
     with pytest.raises(anthropic.RateLimitError) as err:
         client.messages.create(model=MODEL, max_tokens=1, messages=QUESTION)
     assert err.value.body["error"]["type"] == "rate_limit_error"
+
+
+def test_over_budget_and_disallowed_model_keys_get_anthropic_errors(stack):
+    poor = anthropic.Anthropic(base_url=stack.base, api_key=new_key(stack, max_budget=1e-9),
+                               max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as err:
+        poor.messages.create(model=MODEL, max_tokens=8, messages=QUESTION)
+    assert err.value.body["error"]["type"] == "rate_limit_error"
+    other = anthropic.Anthropic(base_url=stack.base, max_retries=0,
+                                api_key=new_key(stack, models=[FLAKY]))
+    with pytest.raises(anthropic.NotFoundError) as err:
+        other.messages.create(model=MODEL, max_tokens=8, messages=QUESTION)
+    assert err.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.NotFoundError):
+        other.messages.count_tokens(model=MODEL, messages=QUESTION)
+
+
+def test_engine_failure_mid_stream_ends_with_an_error_event(up, client):
+    _, control = up
+    with engine_faults(control, break_after=2):
+        with httpx.stream("POST", up[0].base + "/v1/messages", timeout=30,
+                          headers={"x-api-key": up[0].key}, json={
+                              "model": FLAKY, "max_tokens": 8, "stream": True,
+                              "messages": QUESTION}) as r:
+            body = r.read().decode()
+    names = [line[7:] for line in body.splitlines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "error"
+    assert "message_stop" not in names
+    assert '"type":"api_error"' in body
+
+
+def test_engine_tool_calls_stream_as_tool_use_blocks(up, client):
+    _, control = up
+    with engine_faults(control, tool_arguments='{"city": "Rome"}'):
+        with client.messages.stream(model=FLAKY, max_tokens=8, messages=ASK,
+                                    tools=[WEATHER]) as stream:
+            final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Rome"}

@@ -3,7 +3,7 @@ import asyncio
 import uuid
 
 from gateway.apis.response_store import (MemoryResponseStore, RedisResponseStore,
-                                         StoredResponse)
+                                         StoredResponse, response_store)
 
 
 def _record(i: int, owner: str = "k1") -> StoredResponse:
@@ -58,3 +58,10 @@ def test_redis_store_round_trip_ttl_and_owner():
             await other.aclose()
 
     asyncio.run(run())
+
+
+def test_redis_is_used_when_the_gateway_has_it():
+    assert isinstance(response_store(None, max_items=3), MemoryResponseStore)
+    shared = response_store("redis://127.0.0.1:6379/0")
+    assert isinstance(shared, RedisResponseStore)
+    asyncio.run(shared.aclose())

@@ -11,25 +11,24 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel
 
-from tests.client_apis.conftest import new_key
-from tests.conftest import free_port, running_up
-from tests.faults.conftest import Stack, assert_nothing_lost
-
-MODEL = "smollm2-135m-instruct"
+from tests.client_apis.conftest import (FLAKY, MODEL, client_api_stack, engine_faults,
+                                       new_key)
+from tests.faults.conftest import assert_nothing_lost
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    config = {"engine_port_base": free_port(),
-              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 4},
-                          "price_in_per_1k": 0.01, "price_out_per_1k": 0.02}]}
-    with running_up(tmp_path_factory.mktemp("responses"), config) as (base, key, _):
-        yield Stack(base, key)
+def up(tmp_path_factory):
+    with client_api_stack(tmp_path_factory.mktemp("responses")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stack(up):
+    return up[0]
 
 
 @pytest.fixture(scope="module")
 def client(stack) -> OpenAI:
-    stack.create_key()
     return OpenAI(base_url=stack.base + "/v1", api_key=stack.key, max_retries=0)
 
 
@@ -195,3 +194,23 @@ def test_rate_limited_key_gets_429_in_openai_shape(stack):
     with pytest.raises(openai.RateLimitError) as err:
         client.responses.create(model=MODEL, input="Hi", max_output_tokens=2)
     assert err.value.body["type"] == "rate_limit_error"
+
+
+def test_over_budget_key_is_refused_in_openai_shape(stack):
+    client = OpenAI(base_url=stack.base + "/v1", api_key=new_key(stack, max_budget=1e-9),
+                    max_retries=0)
+    with pytest.raises(openai.RateLimitError) as err:
+        client.responses.create(model=MODEL, input="Hi", max_output_tokens=8)
+    assert err.value.body["code"] == "budget_exceeded"
+
+
+def test_engine_failure_mid_stream_ends_with_response_failed(up, client):
+    _, control = up
+    with engine_faults(control, break_after=2):
+        with client.responses.stream(model=FLAKY, input="Hi", max_output_tokens=8) as stream:
+            events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-2:] == ["error", "response.failed"]
+    assert events[-1].response.status == "failed" and events[-1].response.error.message
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") \
+        == "tok0 tok1 "
