@@ -23,6 +23,9 @@ class KvEventsSource(_Section):
     endpoint: str                       # tcp://host:5557 (PUB)
     replay_endpoint: str | None = None  # tcp://host:5558 (ROUTER): fills sequence gaps
     topic: str = ""
+    # vLLM binds its PUB socket only for a wildcard endpoint (tcp://*:5557); given a host, it
+    # connects there instead: then the gateway binds `endpoint` (one gateway per publisher)
+    bind: bool = False
 
 
 class RoutingSettings(_Section):

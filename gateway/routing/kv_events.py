@@ -1,12 +1,13 @@
 """vLLM's KV cache events (BlockStored / BlockRemoved / AllBlocksCleared) as resident blocks.
 
 vLLM publishes, over ZMQ (`--kv-events-config`), every block its prefix cache stores or evicts:
-msgpack batches `[ts, [event, ...], dp_rank]`, each event an array tagged by its class name:
+msgpack batches `[ts, [event, ...], dp_rank]`. vLLM 0.32 sends each event as a map tagged by
+`type`; older releases as an array tagged by its first item (fields in this order):
 
-    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
-     lora_name, extra_keys, ...]
-    ["BlockRemoved", block_hashes, medium, ...]
-    ["AllBlocksCleared"]
+    {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+     "lora_id", "medium", "lora_name", "extra_keys", ...}
+    {"type": "BlockRemoved", "block_hashes", "medium", ...}
+    {"type": "AllBlocksCleared"}
 
 vLLM chains its block hashes exactly like the builtin engine does (a block's hash covers its
 parent's hash and its own token ids), only with another hash function (sha256 or sha256_cbor, and
@@ -58,14 +59,13 @@ class KvEventIndex:
         except (IndexError, TypeError, KeyError):
             log.warning("malformed KV event batch from %s", backend_id)
             return
-        for event in events or ():
-            if not isinstance(event, (list, tuple)) or not event:
-                continue
-            kind = event[0]
+        for raw in events or ():
+            event = _as_map(raw)
+            kind = event.get("type")
             if kind == "BlockStored":
                 self._stored(backend_id, event)
             elif kind == "BlockRemoved":
-                self._removed(backend_id, event[1] if len(event) > 1 else ())
+                self._removed(backend_id, event.get("block_hashes") or ())
             elif kind == "AllBlocksCleared":
                 self.clear(backend_id)
 
@@ -85,13 +85,12 @@ class KvEventIndex:
             self.resident.attach(backend_id, block_size)
         return engine
 
-    def _stored(self, backend_id: str, event) -> None:
-        vllm_hashes, parent, tokens, block_size = event[1], event[2], event[3], int(event[4])
-        lora_id = event[5] if len(event) > 5 else None
-        extra_keys = event[8] if len(event) > 8 else None
-        if lora_id is not None or block_size <= 0 or not vllm_hashes:
+    def _stored(self, backend_id: str, event: dict) -> None:
+        vllm_hashes, parent = event.get("block_hashes"), event.get("parent_block_hash")
+        tokens, block_size = event.get("token_ids") or [], int(event.get("block_size") or 0)
+        if event.get("lora_id") is not None or block_size <= 0 or not vllm_hashes:
             return
-        if extra_keys and any(k is not None for k in extra_keys):
+        if any(k is not None for k in event.get("extra_keys") or ()):
             return   # salted or multimodal blocks: their hashes cover more than the tokens
         engine = self._engine(backend_id, block_size)
         if parent is None:
@@ -122,6 +121,21 @@ class KvEventIndex:
                 del engine.refs[our_hash]
                 gone.append(our_hash)
         self.resident.discard(backend_id, gone)
+
+
+_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size",
+                           "lora_id", "medium", "lora_name", "extra_keys"),
+           "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
+
+
+def _as_map(event) -> dict:
+    """An event as a map: vLLM's tagged map as is, an array-like event by field order."""
+    if isinstance(event, dict):
+        return event
+    if not isinstance(event, (list, tuple)) or not event:
+        return {}
+    names = _FIELDS.get(event[0], ())
+    return {"type": event[0], **dict(zip(names, event[1:]))}
 
 
 def _key(block_hash):

@@ -10,10 +10,14 @@ buffered seq >= start, then `[b"", -1, b""]`.
     subscribers.sync(backends)    # every load poll: one task per configured backend
     subscribers.close()
 
-Sequence rules: the first batch seen triggers a replay from 0 (blocks stored before the gateway
-subscribed); a gap is filled from the replay socket, and when replay cannot fill it (no replay
-socket, or the engine's buffer moved on) the backend's index is cleared, so it is never routed
-on blocks it may have evicted. A sequence that goes backwards is an engine restart: cleared too.
+vLLM binds its PUB socket for a wildcard endpoint and connects it otherwise: with
+`endpoint: tcp://127.0.0.1:P` it connects to P, and the gateway's source says `bind: true`.
+The replay socket is always bound by vLLM.
+
+Sequence rules: on subscribing, everything the engine still buffers is replayed (blocks stored
+before the gateway subscribed; live batches it also replayed are skipped); a gap is filled from
+the replay socket, and when replay cannot fill it (no replay socket, or the engine's buffer moved
+on) the backend's index is cleared, so it is never routed on blocks it may have evicted. A sequence that goes backwards is an engine restart: cleared too.
 """
 from __future__ import annotations
 
@@ -47,13 +51,18 @@ class KvEventSubscriber:
         self.ctx = ctx
         self.last_seq: int | None = None
         self.batches = 0
+        self._dedupe_until: int | None = None
 
     async def run(self) -> None:
         sub = self.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, (self.source.topic or "").encode())
-        sub.connect(self.source.endpoint)
+        if self.source.bind:   # vLLM started with a host endpoint connects to us
+            sub.bind(self.source.endpoint)
+        else:
+            sub.connect(self.source.endpoint)
         try:
+            await self._catch_up()
             while True:
                 frames = await sub.recv_multipart()
                 if len(frames) < 3:
@@ -62,7 +71,20 @@ class KvEventSubscriber:
         finally:
             sub.close()
 
+    async def _catch_up(self) -> None:
+        """Everything the engine still buffers, before the first live batch: a gateway that
+        (re)starts knows what an idle engine holds."""
+        got = await self._fetch(0) if self.source.replay_endpoint else None
+        for seq, payload in got or ():
+            self._apply(seq, payload)
+        if got:
+            self._dedupe_until = got[-1][0]
+
     async def on_batch(self, seq: int, payload: bytes) -> None:
+        if self._dedupe_until is not None:
+            if seq <= self._dedupe_until:
+                return   # published while the catch-up replay ran: already applied
+            self._dedupe_until = None
         expected = 0 if self.last_seq is None else self.last_seq + 1
         if self.last_seq is not None and seq < expected:
             log.info("KV events of %s restarted at %d: index cleared", self.backend_id, seq)
@@ -87,6 +109,16 @@ class KvEventSubscriber:
         """Apply buffered batches start..until-1; True when all of them came back."""
         if not self.source.replay_endpoint:
             return False
+        got = [(seq, p) for seq, p in await self._fetch(start) or () if seq < until]
+        complete = [seq for seq, _ in got] == list(range(start, until))
+        if not complete and self.last_seq is not None:
+            return False      # the caller clears the index; what came back is not enough
+        for seq, payload in got:
+            self._apply(seq, payload)
+        return complete
+
+    async def _fetch(self, start: int) -> list[tuple[int, bytes]] | None:
+        """The engine's buffered batches from `start` on (None when the replay fails)."""
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.connect(self.source.replay_endpoint)
@@ -98,20 +130,14 @@ class KvEventSubscriber:
                     frames = await dealer.recv_multipart()
                     seq = _seq(frames[-2])
                     if seq == END_SEQ:
-                        break
-                    if start <= seq < until:
+                        return got
+                    if seq >= start:
                         got.append((seq, frames[-1]))
         except (TimeoutError, zmq.ZMQError) as exc:
             log.warning("KV event replay from %s failed: %r", self.backend_id, exc)
-            return False
+            return None
         finally:
             dealer.close()
-        complete = [s for s, _ in got] == list(range(start, until))
-        if not complete and self.last_seq is not None:
-            return False      # the caller clears the index; what came back is not enough
-        for seq, payload in got:
-            self._apply(seq, payload)
-        return complete
 
 
 class KvEventSubscribers:

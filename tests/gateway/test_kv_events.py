@@ -20,8 +20,9 @@ TOKENS = list(range(100, 116))   # four blocks
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def stored(hashes, parent, tokens, lora_id=None):
-    return ["BlockStored", hashes, parent, tokens, BS, lora_id, "GPU"]
+def stored(hashes, parent, tokens, lora_id=None):   # vLLM 0.32's map form
+    return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+            "token_ids": tokens, "block_size": BS, "lora_id": lora_id, "medium": "GPU"}
 
 
 def batch(*events):
@@ -43,14 +44,15 @@ def test_eviction_lora_and_unknown_parents():
     resident = ResidentBlocks()
     index = KvEventIndex(resident)
     index.apply("v", batch(stored([1, 2, 3], None, TOKENS[:12])))
-    index.apply("v", batch(["BlockRemoved", [2], "GPU"]))
+    index.apply("v", batch(["BlockRemoved", [2], "GPU"]))   # the older array form
     assert resident.match("v", token_block_hashes(TOKENS, BS)) == 1
     index.apply("v", batch(stored([9], 777, TOKENS[12:])))          # parent never seen
     index.apply("v", batch(stored([8], None, [5, 6, 7, 8], lora_id=1)))
-    index.apply("v", batch(stored([6], None, [5, 6, 7, 8]) + [None, [("salt",)]]))
+    index.apply("v", batch(["BlockStored", [6], None, [5, 6, 7, 8], BS, None, "GPU", None,
+                            [("salt",)]]))
     assert index.unknown_parents == 1 and index.blocks("v") == 2
     assert resident.match("v", token_block_hashes([5, 6, 7, 8], BS)) == 0
-    index.apply("v", batch(["AllBlocksCleared"]))
+    index.apply("v", batch({"type": "AllBlocksCleared"}))
     assert not resident.knows("v")
 
 
