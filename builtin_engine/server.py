@@ -110,7 +110,8 @@ class EngineService:
         if any(t < 0 or t >= self.tokenizer.vocab_size for t in params.logit_bias):
             raise EngineError(400, "logit_bias names token ids outside the vocabulary "
                               f"(0..{self.tokenizer.vocab_size - 1})", "logit_bias")
-        await attach_grammar(params, body, self.tokenizer)
+        await attach_grammar(params, body, self.tokenizer,
+                             getattr(getattr(self.engine, "engine", None), "executor", None))
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
         request_id = f"{prefix}-{request.headers.get('x-request-id') or uuid.uuid4().hex}"
         lora, cache_key = self.adapter_of(body.model)

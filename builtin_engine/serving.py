@@ -8,6 +8,7 @@ from typing import AsyncIterator
 
 from .protocol import ChatCompletionRequest, EngineError
 from .sampling_params import SamplingParams
+from .simulator import SimulatedExecutor
 from .structured.grammar import StructuredRequest, compiler_for
 from .structured.matcher_pool import GrammarState
 from .structured.tool_calls import ToolCallStream, render_messages
@@ -115,7 +116,7 @@ def chat_messages(body: ChatCompletionRequest) -> list[dict]:
     return render_messages(messages, body.active_tools())
 
 
-async def attach_grammar(params: SamplingParams, body, tokenizer) -> None:
+async def attach_grammar(params: SamplingParams, body, tokenizer, executor=None) -> None:
     """Constrain a chat request that asks for JSON or offers tools: compile its grammar (off
     the event loop; cached per schema) and give params a matcher of its own."""
     if not isinstance(body, ChatCompletionRequest):
@@ -128,6 +129,10 @@ async def attach_grammar(params: SamplingParams, body, tokenizer) -> None:
         parallel_tool_calls=body.parallel_tool_calls)
     if not request.constrains:
         return
+    if isinstance(executor, SimulatedExecutor):  # its tokens are synthetic: nothing to mask
+        param = "tools" if request.tools else "response_format"
+        raise EngineError(400, f"{param} is not supported by the simulated engine", param,
+                          code="unsupported_parameter")
     compiler = await asyncio.to_thread(compiler_for, tokenizer)
     compiled = await asyncio.to_thread(compiler.compile, request)
     if compiled is not None:
