@@ -2,6 +2,7 @@
 
     python bench/spec_decode.py [--num-prompts 4] [--article-tokens 200] [--max-tokens 128]
                                 [--ngram 3] [--k 5] [--dtype auto] [--threads 2]
+                                [--compile | --no-compile]
 
 Summarisation-style workload: each prompt holds an article of real English words and asks
 for it back, so the greedy answer copies long runs of the prompt, the case prompt lookup is
@@ -67,6 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=5, help="speculative tokens per step")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--compile", default=None, action=argparse.BooleanOptionalAction,
+                   help="compiled decode step for both sides (default: the device's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="JSON result path (default bench/results/)")
     return p.parse_args(argv)
@@ -75,9 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     c.set_threads(args.threads)
-    plain_cfg = c.engine_config(dtype=args.dtype, num_blocks=256)
+    plain_cfg = c.engine_config(dtype=args.dtype, num_blocks=256, compile=args.compile)
     spec_cfg = c.engine_config(dtype=args.dtype, num_blocks=256, speculative_ngram=args.ngram,
-                               num_speculative_tokens=args.k)
+                               num_speculative_tokens=args.k, compile=args.compile)
     loaded, _ = c.load_builtin(plain_cfg)
     tok = loaded.tokenizer
     items = prompts(tok, args.num_prompts, args.article_tokens, args.seed)
@@ -100,7 +103,8 @@ def main(argv=None) -> dict:
                         "decode_tokens_per_s": tokens / seconds,
                         "steps": sum(r[side]["steps"] for r in rows)}
     counts = spec_counts(spec)
-    result = {"threads": args.threads, "dtype": plain_cfg.dtype, "ngram": args.ngram,
+    result = {"threads": args.threads, "dtype": plain_cfg.dtype,
+              "compiled": plain_cfg.resolved_compile()[0], "ngram": args.ngram,
               "k": args.k, "max_tokens": args.max_tokens, "totals": totals,
               "speedup": totals["spec"]["decode_tokens_per_s"]
               / totals["plain"]["decode_tokens_per_s"],
