@@ -40,8 +40,9 @@ def error_body(status: int, message: str) -> dict:
 
 
 def bad_request(message: str, param: str | None = None) -> OpenAIError:
-    """A 400 (rendered as Anthropic's invalid_request_error by the endpoint)."""
-    return OpenAIError(400, message, param=param, code="unsupported_value")
+    """A refusal of a body that matches the published schema: 422, as everywhere in the
+    gateway (rendered as Anthropic's invalid_request_error by the endpoint)."""
+    return OpenAIError(422, message, param=param, code="unsupported_value")
 
 
 class MessageParam(BaseModel):
@@ -88,7 +89,8 @@ def _block_text(content) -> str:
 
 
 def _image(block: dict, where: str) -> dict:
-    source = block.get("source") or {}
+    source = block.get("source")
+    source = source if isinstance(source, dict) else {}
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type')};base64,{source.get('data')}"
     elif source.get("type") == "url":

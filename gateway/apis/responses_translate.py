@@ -50,7 +50,9 @@ def parse_responses_request(raw: bytes) -> tuple[dict, ResponsesRequest]:
 
 
 def _bad(message: str, param: str) -> OpenAIError:
-    return OpenAIError(400, message, param=param, code="unsupported_value")
+    # The published schema takes any item object: a refusal of one that matches it is a 422
+    # (the gateway's rule: 400 only for a body that does not match the schema).
+    return OpenAIError(422, message, param=param, code="unsupported_value")
 
 
 # ---------------------------------------------------------------- request -> chat
@@ -158,6 +160,8 @@ def _tool_choice(choice):
 
 def _response_format(text: dict | None) -> dict | None:
     fmt = (text or {}).get("format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise _bad("text.format must be an object", "text.format")
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":

@@ -22,6 +22,11 @@ from gateway.routing.precise import TOKENIZE_TIMEOUT_S
 from gateway.schemas import openapi_body
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
+# authenticated inside the route (not a dependency the published document would see)
+AUTH_ERRORS = {401: {"description": "Missing, unknown, revoked or expired API key"},
+               403: {"description": "The credential's role does not allow this operation"},
+               422: {"description": "Well-formed, but a content block, tool or format that is "
+                                    "not served (e.g. a server tool)"}}
 
 
 async def anthropic_principal(request: Request):
@@ -36,7 +41,7 @@ async def anthropic_principal(request: Request):
 
 
 @router.post("/messages", openapi_extra=openapi_body(ANTHROPIC_MESSAGES.schema),
-             response_class=Response)
+             response_class=Response, responses=AUTH_ERRORS)
 async def create_message(request: Request) -> Response:
     try:
         principal = await anthropic_principal(request)
@@ -46,7 +51,7 @@ async def create_message(request: Request) -> Response:
 
 
 @router.post("/messages/count_tokens", openapi_extra=openapi_body(at.CountTokensRequest),
-             response_class=Response)
+             response_class=Response, responses=AUTH_ERRORS)
 async def count_tokens(request: Request) -> Response:
     """{"input_tokens": n}: the engine's count of the rendered prompt (its /tokenize), or the
     gateway's estimate where the engine cannot tokenize."""

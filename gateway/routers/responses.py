@@ -32,7 +32,13 @@ def _not_found(response_id: str) -> OpenAIError:
                        type="invalid_request_error", param="response_id", code="not_found")
 
 
-@router.post("/responses", openapi_extra=openapi_body(RESPONSES.schema), response_class=Response)
+# items, tools and formats are free-form objects in the schema: one that is not served is a 422
+REFUSED = {422: {"description": "Well-formed, but an input item, tool or format that is not "
+                                "served (e.g. a built-in tool)"}}
+
+
+@router.post("/responses", openapi_extra=openapi_body(RESPONSES.schema), response_class=Response,
+             responses=REFUSED)
 async def create_response(request: Request, principal: AuthPrincipal, store: Store) -> Response:
     raw = await request.body()
     if len(raw) > request.app.state.gateway.settings.max_body_bytes:

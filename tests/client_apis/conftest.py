@@ -6,6 +6,7 @@ import contextlib
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import free_port, running_up
 from tests.faults.conftest import Stack, openai_model, start_fake_engine, stop_process
@@ -30,6 +31,19 @@ def client_api_stack(work):
             yield stack, f"http://127.0.0.1:{engine_port}/control"
     finally:
         stop_process(engine)
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory, request):
+    """One client_api_stack per test module that asks for it."""
+    with client_api_stack(tmp_path_factory.mktemp(request.module.__name__.split(".")[-1])) \
+            as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stack(up) -> Stack:
+    return up[0]
 
 
 @contextlib.contextmanager

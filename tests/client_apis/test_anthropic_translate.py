@@ -65,12 +65,15 @@ def test_bad_bodies_are_anthropic_400s(raw):
     assert err.value.status == 400
 
 
-def test_unsupported_blocks_and_tools_are_400s():
-    for fields in ({"messages": [{"role": "user", "content": [{"type": "document"}]}]},
+def test_unsupported_blocks_and_tools_are_422s():
+    for fields in ({"messages": [{"role": "user", "content": [{"type": "image",
+                                                              "source": "x"}]}]},
+                   {"messages": [{"role": "user", "content": [{"type": "document"}]}]},
                    {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
                    {"tool_choice": {"type": "sometimes"}}):
-        with pytest.raises(OpenAIError):
+        with pytest.raises(OpenAIError) as err:
             to_chat(_req(**fields))
+        assert err.value.status == 422
 
 
 def test_error_shape():

@@ -11,20 +11,8 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel
 
-from tests.client_apis.conftest import (FLAKY, MODEL, client_api_stack, engine_faults,
-                                       new_key)
+from tests.client_apis.conftest import FLAKY, MODEL, engine_faults, new_key
 from tests.faults.conftest import assert_nothing_lost
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    with client_api_stack(tmp_path_factory.mktemp("responses")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def stack(up):
-    return up[0]
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +151,7 @@ def test_another_key_cannot_read_or_continue_a_response(stack, client):
 
 @pytest.mark.parametrize("body, status, param", [
     ({"model": MODEL}, 400, "input"),
-    ({"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools.0"),
+    ({"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]}, 422, "tools.0"),
     ({"model": MODEL, "input": "x", "max_output_tokens": 0}, 400, "max_output_tokens"),
     ({"model": "no-such-model", "input": "x"}, 404, "model"),
 ])

@@ -61,11 +61,13 @@ def test_tools_tool_choice_and_json_schema():
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
     ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input.0.role"),
+    ({"input": "x", "text": {"format": "json"}}, "text.format"),
 ])
-def test_unsupported_inputs_are_400s_naming_the_field(fields, param):
+def test_unsupported_inputs_are_422s_naming_the_field(fields, param):
+    # schema-valid (items are free-form objects in the published schema), refused: a 422
     with pytest.raises(OpenAIError) as err:
         to_chat(_req(**fields))
-    assert err.value.status == 400 and err.value.param == param
+    assert err.value.status == 422 and err.value.param == param
 
 
 def test_bad_bodies_are_400s():
