@@ -22,8 +22,8 @@ real cost when it settles. The default outlasts the longest request a gateway le
 from __future__ import annotations
 
 import abc
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Sequence
@@ -95,7 +95,7 @@ class BudgetHold:
     keys: tuple[str, ...]
     estimate_usd: float
     settled: bool = False
-    hold_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    hold_id: str = field(default_factory=lambda: os.urandom(16).hex())   # uuid4's randomness
 
 
 def refusal(counter: Counter, spent: float, estimate: float, now: datetime) -> Decision:
@@ -185,9 +185,12 @@ class InMemorySpendTracker(SpendTracker):
 
     def _held(self, key: str) -> float:
         now = self.clock()
-        live = {i: h for i, h in self._holds.get(key, {}).items() if h[1] > now}
-        self._holds[key] = live
-        return sum(usd for usd, _ in live.values())
+        holds = self._holds.get(key)
+        if holds is None:
+            holds = self._holds[key] = {}
+        elif any(until <= now for _, until in holds.values()):   # rare: drop the expired
+            holds = self._holds[key] = {i: h for i, h in holds.items() if h[1] > now}
+        return sum(usd for usd, _ in holds.values())
 
     async def _reserve(self, counters: list[Counter], hold: BudgetHold,
                        expires_at: float) -> tuple[int, float]:
