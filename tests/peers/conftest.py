@@ -5,8 +5,8 @@ an HF directory, llama-server), cached under $INFERPLANE_PEERS_DIR (default /wor
 so only the first run on a machine pays for it. vLLM takes 90-200 s to start (torch.compile
 warm-up): it starts once per session, and test_vllm_resume.py, which kills it, sorts last.
 
-Tests marked `llamacpp` need llama-server, whose build takes ~8 minutes of both cores: they run
-under `make test-peers` (INFERPLANE_TEST_LLAMACPP=1), or whenever the binary is already cached.
+Tests marked `llamacpp` need llama-server, whose build takes ~8 minutes of both cores (far more
+on a busy host): they run under `make test-peers` (INFERPLANE_TEST_LLAMACPP=1), not `make test`.
 """
 from __future__ import annotations
 
@@ -29,8 +29,7 @@ def pytest_configure(config):
 
 
 def _llamacpp_wanted() -> bool:
-    return bool(os.environ.get("INFERPLANE_TEST_LLAMACPP")) or \
-        (real.peers_dir() / "llama.cpp" / "llama-server").exists()
+    return bool(os.environ.get("INFERPLANE_TEST_LLAMACPP"))
 
 
 def pytest_collection_modifyitems(config, items):
