@@ -22,6 +22,7 @@ from registry.snapshot import BackendView, ModelView
 from tests.gateway.conftest import KEYS, MutableSource, snapshot, start_gateway
 
 VLLM_START_S = 600
+INSTALL_AND_START_S = 3600
 
 
 def pytest_configure(config):
@@ -33,6 +34,9 @@ def _llamacpp_wanted() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # the first test's set-up may install vLLM (~25 min on a busy fresh host) and start it
+        item.add_marker(pytest.mark.timeout(INSTALL_AND_START_S), append=False)
     if _llamacpp_wanted():
         return
     chosen, dropped = [], []
