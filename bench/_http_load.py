@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -135,8 +136,14 @@ def main() -> None:
     parser.add_argument("--model", default="mock")
     parser.add_argument("--warm", type=int, default=16, help="connections opened before timing")
     args = parser.parse_args()
+    import os
+
     import uvloop
-    print(json.dumps(uvloop.run(main_async(args))))
+    result = json.dumps(uvloop.run(main_async(args)))
+    # The loop may leave stdout non-blocking: a result longer than the pipe's buffer would
+    # then be written in part.
+    os.set_blocking(sys.stdout.fileno(), True)
+    print(result, flush=True)
 
 
 if __name__ == "__main__":
