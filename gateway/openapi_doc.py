@@ -73,7 +73,11 @@ def _dependency_calls(dependant) -> Iterator[Any]:
 
 
 def route_role(route: APIRoute) -> str | None:
-    """The least role the route admits ("user" for any valid key), or None when it is open."""
+    """The least role the route admits ("user" for any valid key), or None when it is open.
+    A route that authenticates inside its body (to answer in its own error shape) declares
+    its role as `openapi_extra={"x-required-role": ...}`."""
+    if declared := (route.openapi_extra or {}).get("x-required-role"):
+        return declared
     calls = list(_dependency_calls(route.dependant))
     roles = [c.required_role for c in calls if hasattr(c, "required_role")]
     if roles:

@@ -22,6 +22,7 @@ from gateway.routing.precise import TOKENIZE_TIMEOUT_S
 from gateway.schemas import openapi_body
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
+USER_ROLE = {"x-required-role": "user"}   # any valid key, checked inside the route
 # authenticated inside the route (not a dependency the published document would see)
 AUTH_ERRORS = {401: {"description": "Missing, unknown, revoked or expired API key"},
                403: {"description": "The credential's role does not allow this operation"},
@@ -40,7 +41,7 @@ async def anthropic_principal(request: Request):
     return await authenticate(request)
 
 
-@router.post("/messages", openapi_extra=openapi_body(ANTHROPIC_MESSAGES.schema),
+@router.post("/messages", openapi_extra=openapi_body(ANTHROPIC_MESSAGES.schema) | USER_ROLE,
              response_class=Response, responses=AUTH_ERRORS)
 async def create_message(request: Request) -> Response:
     try:
@@ -50,7 +51,7 @@ async def create_message(request: Request) -> Response:
     return await handle(request, principal, ANTHROPIC_MESSAGES)
 
 
-@router.post("/messages/count_tokens", openapi_extra=openapi_body(at.CountTokensRequest),
+@router.post("/messages/count_tokens", openapi_extra=openapi_body(at.CountTokensRequest) | USER_ROLE,
              response_class=Response, responses=AUTH_ERRORS)
 async def count_tokens(request: Request) -> Response:
     """{"input_tokens": n}: the engine's count of the rendered prompt (its /tokenize), or the

@@ -94,6 +94,12 @@ def _body(path: str) -> dict | None:
         return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     if path.startswith("/v1/completions"):
         return {"model": "m", "prompt": "hi", "max_tokens": 1}
+    if path.startswith("/v1/embeddings"):
+        return {"model": "m", "input": "hi"}
+    if path.startswith("/v1/responses") and "{" not in path:
+        return {"model": "m", "input": "hi", "max_output_tokens": 1}
+    if path.startswith("/v1/messages"):
+        return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     return None
 
 
