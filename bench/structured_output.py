@@ -89,7 +89,7 @@ def plot(phases: list[dict], path: str) -> None:
         ax.text(x, p["ratio"], f"{p['ratio']:.2f}", ha="center", va="bottom")
     ax.set_xlabel("share of json_schema-constrained requests in the batch")
     ax.set_ylabel("output tokens/s vs all unconstrained")
-    ax.set_title("Builtin engine: structured output in a mixed batch (SmolLM2-135M, CPU)")
+    ax.set_title("Structured output in a mixed batch (SmolLM2-135M, CPU)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
