@@ -137,8 +137,14 @@ class PrefixAware:
                 by_size[size] = token_block_hashes(ctx.token_ids, size)
             return size, by_size[size]
 
+        def matched_tokens(backend) -> int:
+            # Compared in tokens: block sizes differ between engines (vLLM on CPU 128, the
+            # builtin engine 16), so a block count alone would favour the small blocks.
+            size, block_hashes_ = hashes(backend)
+            return self.resident.match(backend.id, block_hashes_) * size
+
         best = max(self._eligible(candidates),
-                   key=lambda b: (self.resident.match(b.id, hashes(b)[1]), -self.book.load(b.id)))
+                   key=lambda b: (matched_tokens(b), -self.book.load(b.id)))
         ctx.block_tokens, ctx.hashes = hashes(best)
         ctx.prefix_blocks = len(ctx.hashes)
         ctx.prefix_matched = self.resident.match(best.id, ctx.hashes)

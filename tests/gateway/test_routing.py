@@ -143,3 +143,19 @@ def test_engine_load_is_polled(make_gateway, engines):
     while "e0" not in gw.state.router.book.engine and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gw.state.router.book.engine["e0"].kv_usage == pytest.approx(0.1)
+
+
+def test_precise_prefix_compares_matched_tokens_across_block_sizes():
+    """A vLLM backend (128-token blocks) holding one block of the prompt beats a builtin engine
+    (16-token blocks) holding three: 128 cached tokens against 48."""
+    from gateway.routing.resident import token_block_hashes
+    r = router("prefix_aware")
+    tokens = list(range(300))
+    r.resident.attach("b0", 16)
+    r.resident.attach("b1", 128)
+    r.resident._backends["b0"].hashes.update(token_block_hashes(tokens, 16)[:3])
+    r.resident._backends["b1"].hashes.update(token_block_hashes(tokens, 128)[:1])
+    mv = model("m", [bv(0), bv(1)], routing="")
+    ctx = RouteContext("m", token_ids=tokens)
+    assert r.pick(mv, mv.backends, ctx).id == "b1"
+    assert ctx.block_tokens == 128 and ctx.prefix_matched == 1
