@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from registry.vocabulary import BudgetPeriod, Priority, Role, values
+
 
 def _add_server_args(p: argparse.ArgumentParser, port: int = 8000) -> None:
     p.add_argument("--config", default=os.environ.get("INFERPLANE_CONFIG"), help="YAML settings file")
@@ -126,14 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="create a key and print its secret once")
     create.add_argument("--name", required=True)
-    create.add_argument("--role", default="user", choices=["admin", "operator", "user"])
+    create.add_argument("--role", default=Role.USER, choices=values(Role))
     create.add_argument("--team", default=None)
     create.add_argument("--models", default=None, help="comma-separated allowlist")
     create.add_argument("--rpm-limit", type=int, default=None)
     create.add_argument("--tpm-limit", type=int, default=None)
-    create.add_argument("--priority", default="standard", choices=["high", "standard", "batch"])
+    create.add_argument("--priority", default=Priority.STANDARD, choices=values(Priority))
     create.add_argument("--max-budget", type=float, default=None, help="USD")
-    create.add_argument("--budget-period", default=None, choices=["hour", "day", "week", "month"],
+    create.add_argument("--budget-period", default=None, choices=values(BudgetPeriod),
                         help="reset the budget every UTC hour/day/week/month (default: never)")
     create.add_argument("--config", default=os.environ.get("INFERPLANE_CONFIG"))
     create.set_defaults(func=_cmd_keys)

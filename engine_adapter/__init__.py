@@ -1,5 +1,6 @@
 """Adapters from the gateway's request path to inference engines."""
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
+from registry.vocabulary import EngineKind
 
 __all__ = ["EngineAdapter", "EngineError", "EngineStream", "LoadView", "create_adapter"]
 
@@ -10,9 +11,9 @@ def create_adapter(url: str, engine: str, client=None, timeouts=None, api_key=No
     from engine_adapter import engine_keys
     from engine_adapter.openai_http import OpenAIHTTPAdapter, Timeouts
 
-    if api_key is None and engine == "builtin":
+    if api_key is None and engine == EngineKind.BUILTIN:
         api_key = engine_keys.key_for(url)
-    if engine in ("litellm", "hosted"):
+    if engine in (EngineKind.LITELLM, "hosted"):
         from engine_adapter.litellm_adapter import LiteLLMAdapter
 
         t = timeouts or Timeouts()

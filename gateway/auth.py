@@ -16,8 +16,9 @@ from gateway.errors import OpenAIError
 from gateway.jwt_auth import looks_like_jwt
 from gateway.tracing import child_span
 from registry.keys import hash_key
+from registry.vocabulary import Priority, Role
 
-ROLE_RANK = {"user": 0, "operator": 1, "admin": 2}
+ROLE_RANK = {Role.USER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Principal:
     team: str | None
     role: str
     models: tuple[str, ...] | None   # None = every model
-    priority: str = "standard"   # high | standard | batch
+    priority: str = Priority.STANDARD
     rpm_limit: int | None = None
     tpm_limit: int | None = None
     max_budget: float | None = None
@@ -67,21 +68,22 @@ def principal_from_key(snapshot, secret: str) -> Principal:
         raise OpenAIError(401, "API key has been revoked", code="invalid_api_key")
     if _expired(key.expires_at):
         raise OpenAIError(401, "API key has expired", code="invalid_api_key")
-    return Principal(key_id=str(key.key_id), name=key.name, team=key.team, role=key.role or "user",
-                     models=_allowlist(key.models), priority=key.priority or "standard",
+    return Principal(key_id=str(key.key_id), name=key.name, team=key.team,
+                     role=key.role or Role.USER,
+                     models=_allowlist(key.models), priority=key.priority or Priority.STANDARD,
                      rpm_limit=key.rpm_limit, tpm_limit=key.tpm_limit,
                      max_budget=key.max_budget, budget_period=key.budget_period,
                      spend=key.spend)
 
 
 def principal_from_claims(claims: dict, settings) -> Principal:
-    role = str(claims.get(settings.jwt.role_claim) or "user")
+    role = str(claims.get(settings.jwt.role_claim) or Role.USER)
     if role not in ROLE_RANK:
         raise OpenAIError(403, f"token role {role!r} is not a known role", code="invalid_role")
     subject = str(claims.get("sub") or "anonymous")
     return Principal(key_id=f"jwt:{subject}", name=subject, team=claims.get(settings.jwt.team_claim),
                      role=role, models=_allowlist(claims.get(settings.jwt.models_claim)),
-                     priority=str(claims.get("priority") or "standard"),
+                     priority=str(claims.get("priority") or Priority.STANDARD),
                      rpm_limit=settings.limits.rpm, tpm_limit=settings.limits.tpm)
 
 

@@ -34,6 +34,7 @@ from collections import Counter
 from typing import Protocol
 
 import httpx
+from registry.vocabulary import BackendState
 
 log = logging.getLogger("inferplane.coldstart")
 
@@ -51,7 +52,7 @@ def has_ready_backend(snapshot, model_name: str, adapter: str | None = None) -> 
     model = snapshot.models.get(model_name)
     if model is None:
         return False
-    return any(b.state == "ready" and (adapter is None or adapter in b.adapters)
+    return any(b.state == BackendState.READY and (adapter is None or adapter in b.adapters)
                for b in model.backends)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from registry.vocabulary import RoutingStrategy
 
 log = logging.getLogger("inferplane.gateway")
 TOKENIZE_TIMEOUT_S = 2.0
@@ -28,7 +29,7 @@ async def refresh_resident(state, backend) -> None:
 
 def wants_precise(state, model_view, adapter: str | None) -> bool:
     return (state.settings.routing.prefix_precise and not adapter
-            and state.router.strategy_name(model_view) == "prefix_aware")
+            and state.router.strategy_name(model_view) == RoutingStrategy.PREFIX_AWARE)
 
 
 async def tokenize_for_routing(state, call, model_view, backends) -> bool:
