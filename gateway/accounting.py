@@ -26,17 +26,17 @@ def account(scope) -> None:
     m = services.metrics
     model, version, backend = scope.requested, scope.version, scope.last_backend
     duration = time.perf_counter() - scope.started
-    m.requests.labels(model, version, str(scope.status)).inc()
-    m.request_duration.labels(model, version).observe(duration)
+    series = m.series(model, version)
+    series.code(scope.status).inc()
+    series.duration.observe(duration)
     if scope.first_token_at is not None:
-        m.ttft.labels(model, version).observe(scope.first_token_at - scope.started)
+        series.ttft.observe(scope.first_token_at - scope.started)
     prompt, completion = scope.tokens()
     if completion > 1 and scope.first_token_at is not None and scope.last_chunk_at is not None:
-        m.tpot.labels(model, version).observe(
-            (scope.last_chunk_at - scope.first_token_at) / (completion - 1))
+        series.tpot.observe((scope.last_chunk_at - scope.first_token_at) / (completion - 1))
     if prompt or completion:
-        m.tokens.labels(model, version, "prompt").inc(prompt)
-        m.tokens.labels(model, version, "completion").inc(completion)
+        series.prompt.inc(prompt)
+        series.completion.inc(completion)
     cost = scope.cost(prompt, completion)
     principal = scope.principal
     if cost:

@@ -37,24 +37,31 @@ class LimitsGate:
         return out
 
     def budgets_for(self, principal, snapshot) -> list[Budget]:
+        """The key's and the team's budgets, or none when neither has a limit (max_usd): a
+        request no budget binds then takes no hold (its spend is still recorded in the usage
+        rows in SQL, which a lifetime budget set later starts from)."""
         out = [Budget("key", principal.key_id, principal.max_budget, principal.budget_period,
                       principal.spend)]
         if principal.team:
             team = getattr(snapshot, "teams", {}).get(principal.team)
             out.append(Budget("team", principal.team, team.max_budget, team.budget_period,
                               team.spend) if team else Budget("team", principal.team, None))
-        return out
+        return out if any(b.max_usd is not None for b in out) else []
 
     async def admit(self, principal, snapshot, model_view, prompt: int, max_tokens: int | None):
         """(rate-limit decision, budget hold) for an admitted request; raises the OpenAI 429
         otherwise. The budget holds this request's worst-case cost until `settle`."""
         tokens = reservation_tokens(prompt, max_tokens, DEFAULT_MAX_TOKENS,
                                     model_view.context_length)
-        prices = Prices(model_view.price_in_per_1k or 0.0, model_view.price_out_per_1k or 0.0)
-        hold, refused = await self.spend.reserve(self.budgets_for(principal, snapshot),
-                                                 prices.cost(prompt, max(0, tokens - prompt)))
-        if refused is not None:
-            self._reject(model_view.name, refused, "budget_exceeded")
+        budgets = self.budgets_for(principal, snapshot)
+        hold = None   # no budget binds: nothing to hold, nothing to settle
+        if budgets:
+            prices = Prices(model_view.price_in_per_1k or 0.0,
+                            model_view.price_out_per_1k or 0.0)
+            hold, refused = await self.spend.reserve(budgets, prices.cost(prompt,
+                                                                          max(0, tokens - prompt)))
+            if refused is not None:
+                self._reject(model_view.name, refused, "budget_exceeded")
         decision = await self.limiter.acquire(self.limits_for(principal, snapshot), tokens)
         if not decision.allowed:
             await self.spend.settle(hold, 0.0)
@@ -79,7 +86,8 @@ class LimitsGate:
     async def _settle(self, reservation, hold, tokens: int, cost: float) -> None:
         try:
             await self.limiter.reconcile(reservation, tokens)
-            await self.spend.settle(hold, cost)
+            if hold is not None:
+                await self.spend.settle(hold, cost)
         except Exception:
             log.exception("settling rate limits failed")
 

@@ -40,9 +40,42 @@ NO_TEAM = "none"
 NO_VERSION = "none"
 
 
+# Distinct (model, version) and (model, backend) series kept labelled; past it the caches
+# start over (labels are bounded, so only a long-lived gateway with churning models gets there).
+SERIES_CACHE_SIZE = 4096
+
+
+class RequestSeries:
+    """The labelled children one finished request of (model, version) writes, looked up once:
+    `.labels()` hashes and locks on every call, and the account stage would call it six times.
+
+        series = metrics.series(model, version)
+        series.code(200).inc(); series.duration.observe(seconds)
+    """
+    __slots__ = ("_requests", "_labels", "_codes", "duration", "ttft", "tpot", "prompt",
+                 "completion")
+
+    def __init__(self, m: "GatewayMetrics", model: str, version: str):
+        self._requests, self._labels = m.requests, (model, version)
+        self._codes: dict[int, object] = {}
+        self.duration = m.request_duration.labels(model, version)
+        self.ttft = m.ttft.labels(model, version)
+        self.tpot = m.tpot.labels(model, version)
+        self.prompt = m.tokens.labels(model, version, "prompt")
+        self.completion = m.tokens.labels(model, version, "completion")
+
+    def code(self, code: int):
+        child = self._codes.get(code)
+        if child is None:
+            child = self._codes[code] = self._requests.labels(*self._labels, str(code))
+        return child
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
+        self._series: dict[tuple[str, str], RequestSeries] = {}
+        self._inflight: dict[tuple[str, str], object] = {}
         r = self.registry
         self.requests = Counter("inferplane_requests_total", "Requests by final status code",
                                 ["model", "version", "code"], registry=r)
@@ -121,6 +154,26 @@ class GatewayMetrics:
         if record.error is None and record.primary_chars:
             self.shadow_length_ratio.labels(record.model).observe(
                 record.shadow_chars / record.primary_chars)
+
+    def series(self, model: str, version: str) -> RequestSeries:
+        """The cached per-request children of (model, version)."""
+        key = (model, version)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= SERIES_CACHE_SIZE:
+                self._series.clear()
+            series = self._series[key] = RequestSeries(self, model, version)
+        return series
+
+    def inflight_of(self, model: str, backend: str):
+        """The cached in-flight gauge child of (model, backend)."""
+        key = (model, backend)
+        child = self._inflight.get(key)
+        if child is None:
+            if len(self._inflight) >= SERIES_CACHE_SIZE:
+                self._inflight.clear()
+            child = self._inflight[key] = self.inflight.labels(model, backend)
+        return child
 
     def set_breaker(self, backend: str, state: str) -> None:
         self.breaker_state.labels(backend).set(BreakerState(state).code)

@@ -203,38 +203,52 @@ class Resumer:
         return None
 
 
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+# A call that answers within this long is never watched: most non-stream calls end before a
+# disconnect could matter, and a watcher task per request costs more than the call's own work.
+WATCH_AFTER_S = 0.05
 
 
-def _retrieve(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()
+class _DisconnectWatch:
+    """Cancels the handler's task if the client disconnects while the engine call runs.
+
+    Nothing runs for a call shorter than WATCH_AFTER_S (one timer); after it, one task waits
+    for `http.disconnect` and cancels the handler, whose CancelledError becomes ClientGone."""
+    __slots__ = ("request", "task", "timer", "watcher", "gone")
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.task = asyncio.current_task()
+        self.watcher: asyncio.Task | None = None
+        self.gone = False
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
+
+    def _start(self) -> None:
+        self.watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self.request.receive()
+            if message["type"] == "http.disconnect":
+                self.gone = True
+                self.task.cancel()
+                return
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        if self.watcher is not None and not self.watcher.done():
+            self.watcher.cancel()
 
 
 async def _race_disconnect(request: Request, work):
-    """Await `work`, abandoning (and so aborting upstream) if the client goes away first."""
-    work_task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_wait_disconnect(request))
+    """Await `work` in this task, abandoning it (and so aborting upstream) if the client goes
+    away first: ClientGone then. A cancel from elsewhere (server shutdown) propagates."""
+    watch = _DisconnectWatch(request)
     try:
-        await asyncio.wait((work_task, watch), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        # The handler itself was cancelled (server shutdown, the relay gave up): the upstream
-        # call must not outlive it, and its outcome is retrieved so nothing is left unread.
-        work_task.cancel()
-        work_task.add_done_callback(_retrieve)
-        raise
+        return await work
+    except asyncio.CancelledError:
+        if not watch.gone:
+            raise
+        watch.task.uncancel()   # our own cancel, not the server's: the handler goes on
+        raise ClientGone() from None
     finally:
-        if not watch.done():
-            watch.cancel()
-    if work_task.done():
-        return work_task.result()
-    work_task.cancel()
-    try:
-        await work_task
-    except BaseException:
-        pass
-    raise ClientGone()
+        watch.stop()

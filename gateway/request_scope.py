@@ -95,13 +95,13 @@ class RequestScope:
         s.router.book.acquire(backend.id)
         if self.ticket is not None:
             self.ticket.bind(backend.id)
-        s.metrics.inflight.labels(model_view.name, backend.id).inc()
+        s.metrics.inflight_of(model_view.name, backend.id).inc()
 
     def unbind(self) -> None:
         if self.backend is not None:
             s = self.services
             s.router.book.release(self.backend.id)
-            s.metrics.inflight.labels(self.model_view.name, self.backend.id).dec()
+            s.metrics.inflight_of(self.model_view.name, self.backend.id).dec()
             self.backend = None
 
     def _release_backend(self) -> None:
