@@ -7,12 +7,21 @@ see a 0 rather than nothing before the first event:
 
     metrics = GatewayMetrics()
     metrics.follow(snapshot, strategy_of)   # on scrape: re-initialises when the version moved
+
+Worker processes (gateway.workers) share one set of values: the supervisor sets
+PROMETHEUS_MULTIPROC_DIR, each worker's families write to files there, and `registry` then
+holds a MultiProcessCollector that sums them, so one scrape of any worker shows the whole
+gateway. Gauges say how their per-worker values combine (`multiprocess_mode`, ignored in one
+process): in-flight and queue depths add up, states take the worst live worker's value.
+Without the variable the families live in `registry` as usual.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.loop_monitor import LoopMonitor
 from registry.vocabulary import BreakerState  # the state codes, defined next to the enum
@@ -38,6 +47,12 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "first_token_timeout", "http_4xx",
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
 NO_TEAM = "none"
 NO_VERSION = "none"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The shared metrics directory of worker processes, None in a single-process gateway."""
+    return os.environ.get(MULTIPROC_ENV) or None
 
 
 # Distinct (model, version) and (model, backend) series kept labelled; past it the caches
@@ -76,7 +91,7 @@ class GatewayMetrics:
         self.registry = registry or CollectorRegistry()
         self._series: dict[tuple[str, str], RequestSeries] = {}
         self._inflight: dict[tuple[str, str], object] = {}
-        r = self.registry
+        r = self._families_registry()
         self.requests = Counter("inferplane_requests_total", "Requests by final status code",
                                 ["model", "version", "code"], registry=r)
         self.request_duration = Histogram(
@@ -93,18 +108,20 @@ class GatewayMetrics:
         self.tokens = Counter("inferplane_tokens_total", "Tokens by kind",
                               ["model", "version", "kind"], registry=r)
         self.queue_depth = Gauge("inferplane_queue_depth", "Requests waiting for admission",
-                                 ["model", "priority"], registry=r)
+                                 ["model", "priority"], registry=r,
+                                 multiprocess_mode="livesum")
         self.queue_wait = Histogram("inferplane_queue_wait_seconds", "Time spent in admission",
                                     ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
         self.rejections = Counter("inferplane_rejections_total", "Requests refused before routing",
                                   ["model", "reason"], registry=r)
         self.breaker_state = Gauge("inferplane_circuit_breaker_state", BreakerState.legend(),
-                                   ["backend"], registry=r)
+                                   ["backend"], registry=r,
+                                   multiprocess_mode="livemax")   # codes grow with severity
         self.routing_decisions = Counter("inferplane_routing_decisions_total", "Backend picks",
                                          ["model", "strategy", "backend"], registry=r)
         self.prefix_hit_estimate = Gauge("inferplane_prefix_cache_hit_estimate",
                                          "Estimated prefix-cache hit ratio", ["model", "backend"],
-                                         registry=r)
+                                         registry=r, multiprocess_mode="livemostrecent")
         self.prefix_lookup_tokens = Counter("inferplane_prefix_lookup_tokens",
                                             "Prompt tokens looked up in the prefix index",
                                             ["model"], registry=r)
@@ -122,7 +139,8 @@ class GatewayMetrics:
         self.fallbacks = Counter("inferplane_fallbacks_total", "Requests served by a fallback",
                                  ["model"], registry=r)
         self.inflight = Gauge("inferplane_inflight_requests", "Requests in flight",
-                              ["model", "backend"], registry=r)
+                              ["model", "backend"], registry=r,
+                              multiprocess_mode="livesum")
         self.shadow_requests = Counter("inferplane_shadow_requests_total", "Shadow copies sent",
                                        ["model", "version", "outcome"], registry=r)
         self.shadow_similarity = Histogram("inferplane_shadow_similarity",
@@ -139,9 +157,20 @@ class GatewayMetrics:
         self.shadow_length_ratio = Histogram(
             "inferplane_shadow_length_ratio", "Shadow answer length / primary answer length",
             ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
-        ProcessCollector(registry=r)   # RSS, open fds, CPU: what a leak shows up in first
-        self.loop = LoopMonitor(r)     # its run() is a task of the gateway's lifespan
+        # RSS, open fds, CPU: what a leak shows up in first. With workers: those of the worker
+        # answering the scrape (process figures do not add up across processes).
+        ProcessCollector(registry=self.registry)
+        self.loop = LoopMonitor(r, shared=r is None)   # run(): a task of the gateway's lifespan
         self._followed: int | None = None
+
+    def _families_registry(self) -> CollectorRegistry | None:
+        """Where the families register: `registry`, or with workers nowhere (their values go
+        to the shared files, which `registry`'s MultiProcessCollector reads back)."""
+        path = multiprocess_dir()
+        if path is None:
+            return self.registry
+        MultiProcessCollector(self.registry, path=path)
+        return None
 
     def shadow_record(self, record) -> None:
         """Metrics of one finished shadow copy (a gateway.splits.ShadowRecord)."""

@@ -9,6 +9,11 @@ Redis they already live there; without it (`shared_limits=True`) this supervisin
 serves the one store every worker's limiter talks to (gateway.limits.shared), through a unix
 socket bound before the fork so no worker can reach for it too early.
 
+Metrics add up across the workers: the supervisor points PROMETHEUS_MULTIPROC_DIR at a fresh
+directory before the fork (gateway.metrics then writes every family there and /metrics on any
+worker reads them all back), marks each ended worker dead there (its live gauges drop out)
+and removes the directory on exit.
+
 The supervisor forwards SIGTERM/SIGINT to the workers (each drains as one gateway does) and
 stops the others when one exits on its own: a half-sized gateway that looks healthy is worse
 than a restart by whatever runs it. It exits with the first non-zero worker status.
@@ -19,13 +24,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import tempfile
 from pathlib import Path
 from typing import Callable
 
+from prometheus_client import multiprocess, values
+
 from gateway.limits.shared import SOCKET_ENV, LimitsOwner
+from gateway.metrics import MULTIPROC_ENV
 
 log = logging.getLogger("inferplane.gateway")
 
@@ -36,6 +45,7 @@ def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: boo
         raise ValueError(f"workers must be >= 1, got {workers}")
     store_dir = tempfile.mkdtemp(prefix="inferplane-limits-") if shared_limits else None
     store_sock = _store_socket(store_dir) if store_dir else None
+    metrics_dir = _shared_metrics_dir()
     pids = []
     for _ in range(workers):
         pid = os.fork()
@@ -51,10 +61,22 @@ def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: boo
     try:
         return asyncio.run(_supervise(pids, store_sock))
     finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
         if store_dir:
             with contextlib.suppress(OSError):
                 os.unlink(Path(store_dir) / "limits.sock")
                 os.rmdir(store_dir)
+
+
+def _shared_metrics_dir() -> str:
+    """A fresh, empty directory for the workers' metric files (never a previous run's: its
+    counters would be added to this one's), set in the environment the workers inherit."""
+    path = tempfile.mkdtemp(prefix="inferplane-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    # prometheus_client picks its value storage from the environment when it is first imported,
+    # which here was before the variable was set: pick again so the workers' families use files.
+    values.ValueClass = values.get_value_class()
+    return path
 
 
 def _store_socket(store_dir: str) -> socket.socket:
@@ -108,6 +130,7 @@ def _watch(loop: asyncio.AbstractEventLoop, pid: int, exits: asyncio.Queue) -> N
         loop.remove_reader(fd)
         os.close(fd)
         _, status = os.waitpid(pid, 0)
+        multiprocess.mark_process_dead(pid)   # its in-flight and state gauges stop counting
         exits.put_nowait((pid, os.waitstatus_to_exitcode(status)))
 
     loop.add_reader(fd, reaped)
