@@ -6,6 +6,7 @@ then fallback models, while nothing was sent), and hand the answer to the relay.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -204,26 +205,59 @@ class Resumer:
 
 
 # A call that answers within this long is never watched: most non-stream calls end before a
-# disconnect could matter, and a watcher task per request costs more than the call's own work.
+# disconnect could matter, and a watcher task (or even a timer) per request costs more than
+# the rest of the call stage.
 WATCH_AFTER_S = 0.05
+
+
+class _Sweeper:
+    """One event loop's calls not watched yet, and the task that starts their watchers."""
+    __slots__ = ("waiting", "task", "__weakref__")
+
+    def __init__(self):
+        self.waiting: set[_DisconnectWatch] = set()
+        self.task: asyncio.Task | None = None
+
+    def add(self, watch: "_DisconnectWatch") -> None:
+        self.waiting.add(watch)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            while self.waiting:
+                seen = set(self.waiting)
+                await asyncio.sleep(WATCH_AFTER_S)
+                for watch in seen & self.waiting:
+                    self.waiting.discard(watch)
+                    watch.watcher = asyncio.ensure_future(watch._watch())
+        finally:
+            self.task = None
+
+
+_sweepers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sweeper]" = \
+    weakref.WeakKeyDictionary()
 
 
 class _DisconnectWatch:
     """Cancels the handler's task if the client disconnects while the engine call runs.
 
-    Nothing runs for a call shorter than WATCH_AFTER_S (one timer); after it, one task waits
-    for `http.disconnect` and cancels the handler, whose CancelledError becomes ClientGone."""
-    __slots__ = ("request", "task", "timer", "watcher", "gone")
+    Registering costs a set insert: the loop's sweeper (running while calls are waiting)
+    starts a watcher for each call still running a full WATCH_AFTER_S later; the watcher
+    waits for `http.disconnect` and cancels the handler, whose CancelledError becomes
+    ClientGone."""
+    __slots__ = ("request", "task", "watcher", "gone", "sweeper")
 
     def __init__(self, request: Request):
         self.request = request
         self.task = asyncio.current_task()
         self.watcher: asyncio.Task | None = None
         self.gone = False
-        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
-
-    def _start(self) -> None:
-        self.watcher = asyncio.ensure_future(self._watch())
+        loop = self.task.get_loop()
+        self.sweeper = _sweepers.get(loop)
+        if self.sweeper is None:
+            self.sweeper = _sweepers[loop] = _Sweeper()
+        self.sweeper.add(self)
 
     async def _watch(self) -> None:
         while True:
@@ -234,7 +268,7 @@ class _DisconnectWatch:
                 return
 
     def stop(self) -> None:
-        self.timer.cancel()
+        self.sweeper.waiting.discard(self)
         if self.watcher is not None and not self.watcher.done():
             self.watcher.cancel()
 
