@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from bench._common import WORDS  # noqa: E402
 
 MODEL = "sim"
 BLOCK_SIZE = 16
+FIRST_TEXT = re.compile(r'"content":\s*"[^"]')
 
 
 @dataclass
@@ -196,10 +198,12 @@ async def send(client: httpx.AsyncClient, url: str, req: Request, args, t0: floa
                 if not line.startswith("data: {"):
                     ok = ok or line == "data: [DONE]"
                     continue
-                if ttft is None and '"content"' in line:
+                # the first token, not a role chunk with empty content (vLLM sends one)
+                if ttft is None and FIRST_TEXT.search(line):
                     ttft = time.perf_counter() - start
                 if '"usage":{' in line:
-                    tokens = int(line.split('"completion_tokens":')[1].split(",")[0])
+                    # the field may close the usage object (vLLM puts it last)
+                    tokens = int(re.match(r"\s*(\d+)", line.split('"completion_tokens":')[1])[1])
             ok = ok and r.status_code == 200
     except httpx.HTTPError:
         ok = False
