@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gateway.eager import start_eagerly
 from gateway.errors import OpenAIError
 from gateway.limits import (Budget, Limit, Prices, TokenEstimator, create_rate_limiter,
                             create_spend_tracker, reservation_tokens)
@@ -81,14 +82,7 @@ class LimitsGate:
 
         Run at once as far as it goes without waiting (all of it with the in-process stores);
         only what waits on a remote store (Redis, the workers' shared store) becomes a task."""
-        work = self._settle(decision.reservation, hold, tokens, cost)
-        try:
-            waiting_on = work.send(None)
-        except StopIteration:
-            return
-        task = asyncio.get_running_loop().create_task(_finish(work, waiting_on))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        start_eagerly(self._settle(decision.reservation, hold, tokens, cost), self._pending)
 
     async def _settle(self, reservation, hold, tokens: int, cost: float) -> None:
         try:
@@ -103,24 +97,3 @@ class LimitsGate:
             await asyncio.gather(*self._pending, return_exceptions=True)
         await self.limiter.close()
         await self.spend.close()
-
-
-async def _finish(work, waiting_on):
-    """Drive a coroutine that was started by hand (`work.send(None)` returned `waiting_on`,
-    the future it waits for) to its end, as the event loop's task would have."""
-    try:
-        while True:
-            if waiting_on is not None:
-                # What a task does with a yielded future: take it off "blocking", then wait.
-                waiting_on._asyncio_future_blocking = False
-                try:
-                    await waiting_on
-                except BaseException as exc:   # the coroutine reads a done future's outcome
-                    if not waiting_on.done():  # this task was cancelled: the coroutine too
-                        waiting_on = work.throw(exc)
-                        continue
-            waiting_on = work.send(None)
-    except StopIteration:
-        return
-    finally:
-        work.close()   # cancelled before it ran: the coroutine's own cleanup still runs

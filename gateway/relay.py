@@ -21,6 +21,7 @@ import orjson
 
 from engine_adapter.base import EngineError, EngineStream
 from gateway.accounting import CLIENT_CLOSED, estimate_tokens
+from gateway.eager import start_eagerly
 
 DONE = b"data: [DONE]\n\n"
 
@@ -246,9 +247,8 @@ _closing: set[asyncio.Task] = set()   # strong references: the loop keeps only w
 
 
 def _close_later(stream: EngineStream) -> None:
-    task = asyncio.get_running_loop().create_task(stream.aclose())
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
+    """Close now if that needs no wait (the stream was read to its end), else in a task."""
+    start_eagerly(stream.aclose(), _closing)
 
 
 def finish_json(result: dict, scope, result_text) -> bytes:
