@@ -112,7 +112,8 @@ def build_workload(args) -> list[Request]:
     return out
 
 
-def oracle_hit_rate(engine_url: str, workload: list[Request]) -> float:
+def oracle_hit_rate(engine_url: str, workload: list[Request],
+                    block_size: int = BLOCK_SIZE) -> float:
     """Hits / queries if each tenant's requests shared one engine with an infinite cache."""
     seen: dict[int, list[int]] = {}
     lengths: list[int] = []
@@ -128,7 +129,7 @@ def oracle_hit_rate(engine_url: str, workload: list[Request]) -> float:
                 continue
             common = next((i for i, (a, b) in enumerate(zip(first, tokens)) if a != b),
                           min(len(first), len(tokens)))
-            hits += min(common, len(tokens) - 1) // BLOCK_SIZE * BLOCK_SIZE
+            hits += min(common, len(tokens) - 1) // block_size * block_size
     print(f"prompt tokens: mean {sum(lengths) / len(lengths):.0f}, max {max(lengths)}")
     return hits / queries
 
