@@ -6,7 +6,6 @@ then fallback models, while nothing was sent), and hand the answer to the relay.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -14,6 +13,7 @@ from fastapi.responses import Response
 
 from engine_adapter.base import EngineError
 from gateway.accounting import CLIENT_CLOSED
+from gateway.disconnect_watch import DisconnectWatch
 from gateway.endpoints.base import EngineProtocol, ParsedRequest
 from gateway.errors import OpenAIError, error_from_upstream
 from gateway.modalities import accepts
@@ -204,79 +204,10 @@ class Resumer:
         return None
 
 
-# A call that answers within this long is never watched: most non-stream calls end before a
-# disconnect could matter, and a watcher task (or even a timer) per request costs more than
-# the rest of the call stage.
-WATCH_AFTER_S = 0.05
-
-
-class _Sweeper:
-    """One event loop's calls not watched yet, and the task that starts their watchers."""
-    __slots__ = ("waiting", "task", "__weakref__")
-
-    def __init__(self):
-        self.waiting: set[_DisconnectWatch] = set()
-        self.task: asyncio.Task | None = None
-
-    def add(self, watch: "_DisconnectWatch") -> None:
-        self.waiting.add(watch)
-        if self.task is None:
-            self.task = asyncio.ensure_future(self._sweep())
-
-    async def _sweep(self) -> None:
-        try:
-            while self.waiting:
-                seen = set(self.waiting)
-                await asyncio.sleep(WATCH_AFTER_S)
-                for watch in seen & self.waiting:
-                    self.waiting.discard(watch)
-                    watch.watcher = asyncio.ensure_future(watch._watch())
-        finally:
-            self.task = None
-
-
-_sweepers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sweeper]" = \
-    weakref.WeakKeyDictionary()
-
-
-class _DisconnectWatch:
-    """Cancels the handler's task if the client disconnects while the engine call runs.
-
-    Registering costs a set insert: the loop's sweeper (running while calls are waiting)
-    starts a watcher for each call still running a full WATCH_AFTER_S later; the watcher
-    waits for `http.disconnect` and cancels the handler, whose CancelledError becomes
-    ClientGone."""
-    __slots__ = ("request", "task", "watcher", "gone", "sweeper")
-
-    def __init__(self, request: Request):
-        self.request = request
-        self.task = asyncio.current_task()
-        self.watcher: asyncio.Task | None = None
-        self.gone = False
-        loop = self.task.get_loop()
-        self.sweeper = _sweepers.get(loop)
-        if self.sweeper is None:
-            self.sweeper = _sweepers[loop] = _Sweeper()
-        self.sweeper.add(self)
-
-    async def _watch(self) -> None:
-        while True:
-            message = await self.request.receive()
-            if message["type"] == "http.disconnect":
-                self.gone = True
-                self.task.cancel()
-                return
-
-    def stop(self) -> None:
-        self.sweeper.waiting.discard(self)
-        if self.watcher is not None and not self.watcher.done():
-            self.watcher.cancel()
-
-
 async def _race_disconnect(request: Request, work):
     """Await `work` in this task, abandoning it (and so aborting upstream) if the client goes
     away first: ClientGone then. A cancel from elsewhere (server shutdown) propagates."""
-    watch = _DisconnectWatch(request)
+    watch = DisconnectWatch(request.receive)
     try:
         return await work
     except asyncio.CancelledError:

@@ -7,9 +7,10 @@ when the relay closed it): a stream abandoned before its body ever started still
 everything it holds.
 
 Starlette's StreamingResponse does the same under ASGI < 2.4 (uvicorn's httptools server) with
-an anyio task group per response, a cost paid on every streamed request. Here one plain asyncio
-task waits for `http.disconnect` and cancels the streaming task; the cancellation reaches the
-body iterator (the relay), which accounts the request as client-closed and aborts upstream.
+an anyio task group per response, a cost paid on every streamed request. Here a
+DisconnectWatch (gateway/disconnect_watch.py) waits for `http.disconnect` and cancels the
+streaming task; the cancellation reaches the body iterator (the relay), which accounts the
+request as client-closed and aborts upstream.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.accounting import CLIENT_CLOSED
+from gateway.disconnect_watch import DisconnectWatch
 from gateway.relay import Last
 
 
@@ -31,28 +33,19 @@ class SSEResponse(StreamingResponse):
         self.scope = scope   # the RequestScope the body's relay closes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streaming = asyncio.current_task()
-        client_gone = False
-
-        async def watch_disconnect() -> None:
-            nonlocal client_gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not self._answered:   # a complete response also reads as a disconnect
-                client_gone = True
-                streaming.cancel()
-
-        # The watcher only runs while this task waits inside stream_response, so its cancel
-        # always lands on an await there, never after the body is done.
-        watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        # Cancels this task when the client leaves before the final event went out (a
+        # complete response also reads as a disconnect); started only for a stream still
+        # running after a few milliseconds, and its cancel always lands on an await in
+        # stream_response, never after the body is done.
+        watch = DisconnectWatch(receive, lambda: not self._answered)
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
-            if not client_gone:
+            if not watch.gone:
                 raise
-            streaming.uncancel()
+            asyncio.current_task().uncancel()
         finally:
-            watcher.cancel()
+            watch.stop()
             if self.scope is not None and not self.scope.closed:
                 # Cancelled between two writes, or before the body started: the relay's own
                 # end (a generator suspended at a yield) runs now, or the scope alone.
