@@ -20,6 +20,11 @@ def _gate() -> LimitsGate:
     return LimitsGate(GatewaySettings(), GatewayMetrics())
 
 
+async def _budgeted(gate: LimitsGate):
+    """(decision, hold) of a request by a key with a budget."""
+    return await gate.admit(principal(max_budget=5.0), SimpleNamespace(teams={}), MODEL, 10, 20)
+
+
 def test_no_budget_no_hold_and_settled_without_a_task():
     async def run():
         gate = _gate()
@@ -49,8 +54,7 @@ def test_a_budget_holds_and_is_settled_in_process():
 def test_settling_that_waits_on_a_store_finishes_in_a_task():
     async def run():
         gate = _gate()
-        decision, hold = await gate.admit(principal(max_budget=5.0), SimpleNamespace(teams={}),
-                                          MODEL, 10, 20)
+        decision, hold = await _budgeted(gate)
         released = asyncio.Event()
         reconcile = gate.limiter.reconcile
 
@@ -72,8 +76,7 @@ def test_settling_that_waits_on_a_store_finishes_in_a_task():
 def test_a_cancelled_settle_task_cancels_the_waiting_store_call():
     async def run():
         gate = _gate()
-        decision, hold = await gate.admit(principal(max_budget=5.0), SimpleNamespace(teams={}),
-                                          MODEL, 10, 20)
+        decision, hold = await _budgeted(gate)
         cancelled = asyncio.Event()
 
         async def stuck(reservation, tokens):
