@@ -165,16 +165,19 @@ def main(argv=None) -> dict:
     items = workload(args.num_requests, args.seed)
     todo, skipped = engines(args)
     rows = {}
-    for name, launch in todo:
-        rows[name] = serve_and_measure(name, launch, items, args.ready_timeout)
-        c.log(f"{name}: {rows[name]['output_tokens_per_s']:.1f} output tok/s")
-    if args.hf_subset:
-        rows["HF transformers per request"] = hf_per_request(items, args.hf_subset + 1,
-                                                              args.seed)
     result = {"workload": {"num_requests": args.num_requests, "prompt_words": "16-400",
                            "output_tokens": sum(w["max_tokens"] for w in items)},
               "cpu_count": os.cpu_count(), "engines": rows, "skipped": skipped}
-    path = c.write_result("engine_peers", result, args.output)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    output = args.output or str(c.RESULTS_DIR / f"engine_peers-{stamp}.json")
+    for name, launch in todo:
+        rows[name] = serve_and_measure(name, launch, items, args.ready_timeout)
+        c.log(f"{name}: {rows[name]['output_tokens_per_s']:.1f} output tok/s")
+        c.write_result("engine_peers", result, output)  # a run cut short keeps its rows
+    if args.hf_subset:
+        rows["HF transformers per request"] = hf_per_request(items, args.hf_subset + 1,
+                                                              args.seed)
+    path = c.write_result("engine_peers", result, output)
     plot = client.plot(result, path.with_suffix(".png"))
     if args.plot_copy:
         Path(args.plot_copy).parent.mkdir(parents=True, exist_ok=True)
