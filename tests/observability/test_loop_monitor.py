@@ -30,3 +30,18 @@ async def test_counts_tasks_and_reports_the_worst_lag_once():
     for task in [*sleepers, runner]:
         task.cancel()
     await asyncio.gather(*sleepers, runner, return_exceptions=True)
+
+
+async def test_shared_mode_publishes_each_sample_and_keeps_the_worst_lag_for_a_window():
+    # Worker processes: another worker answers the scrape, so values are written, not read.
+    registry = CollectorRegistry()
+    monitor = LoopMonitor(registry, interval_s=0.02, shared=True)
+    runner = asyncio.create_task(monitor.run())
+    await asyncio.sleep(0.05)
+    assert value(registry, "inferplane_event_loop_tasks") >= 1
+    time.sleep(0.15)                                          # block the loop: ~0.13 s late
+    await asyncio.sleep(0.05)
+    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1
+    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1   # reads reset nothing
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
