@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # Engines under test run their decode step eagerly unless a test asks for the compiled one
 # (tests/engine_compile): compiling costs each engine start up to a minute on a small CPU.
 os.environ.setdefault("INFERPLANE_COMPILE", "0")
+# Triton reads TRITON_INTERPRET once, at its first import, and torch._dynamo imports triton
+# while tests/engine_compile is collected, before tests/kernels/conftest.py could set it: set
+# here, the kernel tests get the interpreter they need on CPU tensors whatever runs first.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")
