@@ -30,10 +30,18 @@ def _settings(args: argparse.Namespace):
     return settings
 
 
+def _workers(text: str) -> int:
+    """--workers: a whole number from 1 (argparse turns the ValueError into a usage error)."""
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from .up import run_up
 
-    return run_up(_settings(args))
+    return run_up(_settings(args), workers=args.workers)
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
@@ -106,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="embedded default: gateway + control plane + builtin engines")
     _add_server_args(up)
+    up.add_argument("--workers", type=_workers, default=1,
+                    help="gateway worker processes on the one port (the control plane runs "
+                         "apart; without Redis the supervisor keeps limits and budgets exact)")
     up.set_defaults(func=_cmd_up)
     gw = sub.add_parser("gateway", help="a stateless gateway replica")
     _add_server_args(gw)

@@ -140,12 +140,16 @@ async def _up(settings: Settings, sock) -> None:
             await _server(app, settings).serve(sockets=[sock])
 
 
-def _run(main) -> int:
+def _configure_logging() -> None:
     from gateway.logging_setup import configure_logging
 
     configure_logging("INFO")  # one JSON handler; the gateway app re-applies its own settings
     for noisy in ("httpx", "httpcore", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _run(main) -> int:
+    _configure_logging()
     try:
         import uvloop
         uvloop.install()
@@ -164,16 +168,22 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def run_up(settings: Settings) -> int:
+def run_up(settings: Settings, workers: int = 1) -> int:
+    if workers > 1:   # the gateway in N processes, the control plane in this one
+        from .up_workers import run_up_workers
+        return run_up_workers(settings, workers)
     sock = _listen(settings)
     return 1 if sock is None else _run(_up(settings, sock))
 
 
-async def _gateway(settings: Settings, sock) -> None:
+async def _gateway(settings: Settings, sock, link=None) -> None:
+    """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`."""
     from registry.db import make_session_factory
 
     from .snapshots import SnapshotSource
 
+    if link is not None:   # the registry exists once the control plane answers
+        await link.wait_ready()
     # Replicas read the registry the control plane migrates and writes; they never change it.
     _engine_keys(settings, create=False)
     sessions = make_session_factory(settings.resolved_database_url())
@@ -182,9 +192,11 @@ async def _gateway(settings: Settings, sock) -> None:
     task = asyncio.create_task(snapshots.run())
     try:
         from gateway.app import create_gateway_app
-        app = create_gateway_app(_gateway_settings(settings), snapshots)
-        async with _usage_to_sql(app, sessions):
-            await _server(app, settings).serve(sockets=[sock])
+        cold_starter = link.cold_starter(snapshots) if link is not None else None
+        app = create_gateway_app(_gateway_settings(settings), snapshots, cold_starter=cold_starter)
+        front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
+        async with _usage_to_sql(app, sessions), front as served:
+            await _server(served, settings).serve(sockets=[sock])
     finally:
         task.cancel()
 
@@ -200,13 +212,13 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
     return _run(_gateway(settings, sock))
 
 
-def _gateway_metrics(settings: Settings, registry):
+def _gateway_metrics(urls: list[str], registry):
     """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
     is inconclusive and rollouts pause for an operator."""
     from .rollouts.metrics_source import MetricsSource, RegistryMetricsSource
 
-    if settings.gateway_metrics_urls:
-        return MetricsSource(settings.gateway_metrics_urls)
+    if urls:
+        return MetricsSource(urls)
     log.warning("gateway_metrics_urls is empty: rollout analysis has no gateway metrics")
     return RegistryMetricsSource(registry)
 
@@ -232,6 +244,14 @@ async def _control_plane(settings: Settings, sock) -> None:
 
 
 async def _lead_control_plane(settings: Settings, sock) -> None:
+    async with control_plane_app(settings, settings.gateway_metrics_urls) as app:
+        await _server(app, settings).serve(sockets=[sock])
+
+
+@contextlib.asynccontextmanager
+async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str]):
+    """The control plane's app (admin API, console, /metrics) with its fleet and controllers
+    running until the block exits; rollouts analyse the gateways at `gateway_metrics_urls`."""
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry, make_asgi_app
 
@@ -252,7 +272,8 @@ async def _lead_control_plane(settings: Settings, sock) -> None:
         fleet.health.export_to(registry)
         controller = _mount_control_plane(
             app, sessions, snapshots, registry, fleet.tiers,
-            lambda slo: RolloutController(sessions, _gateway_metrics(settings, registry),
+            lambda slo: RolloutController(sessions, _gateway_metrics(gateway_metrics_urls,
+                                                                     registry),
                                           _on_registry_change(snapshots), slo=slo,
                                           registry=registry, tick_s=settings.rollout_tick_s))
         mount_console(app)
@@ -260,7 +281,7 @@ async def _lead_control_plane(settings: Settings, sock) -> None:
         fleet.run(controller.run())
         if (mlflow_loop := _mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
-        await _server(app, settings).serve(sockets=[sock])
+        yield app
 
 
 def run_control_plane(settings: Settings) -> int:

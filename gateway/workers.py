@@ -14,9 +14,12 @@ directory before the fork (gateway.metrics then writes every family there and /m
 worker reads them all back), marks each ended worker dead there (its live gauges drop out)
 and removes the directory on exit.
 
-The supervisor forwards SIGTERM/SIGINT to the workers (each drains as one gateway does) and
-stops the others when one exits on its own: a half-sized gateway that looks healthy is worse
-than a restart by whatever runs it. It exits with the first non-zero worker status.
+The supervisor forwards SIGTERM/SIGINT to the workers (each drains as one gateway does). When
+one exits on its own it stops the others (a half-sized gateway that looks healthy is worse
+than a restart by whatever runs it), or with `replace=True` (`inferplane up --workers N`,
+where stopping would stop the engines too) forks a new one in its place and logs the swap;
+only after MAX_FAILED_STARTS replacements in a row that died within MIN_UPTIME_S does it stop
+them all. It exits with the first non-zero worker status.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -37,35 +41,48 @@ from gateway.limits.shared import SOCKET_ENV, LimitsOwner
 from gateway.metrics import MULTIPROC_ENV
 
 log = logging.getLogger("inferplane.gateway")
+MIN_UPTIME_S = 5.0       # a replaced worker that lived less than this failed to start
+MAX_FAILED_STARTS = 3    # in a row: then the workers are stopped instead of replaced
 
 
-def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: bool) -> int:
-    """Fork `workers` processes that each run `serve_one()`; supervise them until all exit."""
+def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: bool,
+                  replace: bool = False) -> int:
+    """Fork `workers` processes that each run `serve_one()`; supervise them until all exit.
+    With `replace`, a worker that dies is forked again (from this process, still clean)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     store_dir = tempfile.mkdtemp(prefix="inferplane-limits-") if shared_limits else None
     store_sock = _store_socket(store_dir) if store_dir else None
     metrics_dir = _shared_metrics_dir()
-    pids = []
-    for _ in range(workers):
-        pid = os.fork()
-        if pid == 0:   # the worker: never returns into the supervisor's code
-            if store_sock is not None:
-                store_sock.close()
-            code = 1
-            try:
-                code = serve_one()
-            finally:
-                os._exit(code)
-        pids.append(pid)
+    pids = [_fork(serve_one, store_sock) for _ in range(workers)]
+    spawn = (lambda: _fork(serve_one, store_sock)) if replace else None
     try:
-        return asyncio.run(_supervise(pids, store_sock))
+        return asyncio.run(_supervise(pids, store_sock, spawn))
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if store_dir:
             with contextlib.suppress(OSError):
                 os.unlink(Path(store_dir) / "limits.sock")
                 os.rmdir(store_dir)
+
+
+def _fork(serve_one: Callable[[], int], store_sock: socket.socket | None) -> int:
+    """One worker; in the child `serve_one()` runs and the process exits with its status."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:   # the worker: never returns into the supervisor's code
+        # A replacement is forked from inside the supervisor's event loop: its signal
+        # handlers and wakeup fd would send this worker's signals to the supervisor's loop.
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if store_sock is not None:
+            store_sock.close()
+        code = serve_one()
+    finally:
+        os._exit(code)
 
 
 def _shared_metrics_dir() -> str:
@@ -88,33 +105,48 @@ def _store_socket(store_dir: str) -> socket.socket:
     return sock
 
 
-async def _supervise(pids: list[int], store_sock: socket.socket | None) -> int:
-    loop = asyncio.get_running_loop()
+async def _supervise(pids: list[int], store_sock: socket.socket | None,
+                     spawn: Callable[[], int] | None = None) -> int:
     owner = None
     if store_sock is not None:
         owner = LimitsOwner(store_sock.getsockname())
         await owner.start(sock=store_sock)
     exits: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    live = {pid: time.monotonic() for pid in pids}   # pid -> when it was started
     for pid in pids:
-        _watch(loop, pid, exits)
-    stopping = False
+        watch_exit(pid, lambda code, pid=pid: exits.put_nowait((pid, code)))
+    stopping, failed_starts = False, 0
 
     def stop(signum: int) -> None:
         nonlocal stopping
         stopping = True
-        _signal_all(pids, signal.SIGTERM)
+        _signal_all(list(live), signal.SIGTERM)
 
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     codes = []
     try:
-        while len(codes) < len(pids):
+        while live:
             pid, code = await exits.get()
+            short_lived = time.monotonic() - live.pop(pid) < MIN_UPTIME_S
+            if stopping:
+                codes.append(code)
+                continue
+            # A worker that keeps dying at start would be forked forever: give up after a few.
+            failed_starts = failed_starts + 1 if short_lived else 0
+            if spawn is not None and failed_starts < MAX_FAILED_STARTS:
+                new = spawn()
+                live[new] = time.monotonic()
+                watch_exit(new, lambda code, pid=new: exits.put_nowait((pid, code)))
+                log.error("gateway worker %d exited with %d: started worker %d in its place",
+                          pid, code, new)
+                continue
+            # A worker ended by itself: end the gateway, not a part of it.
+            log.error("gateway worker %d exited with %d: stopping the others", pid, code)
             codes.append(code)
-            if not stopping:   # a worker ended by itself: end the gateway, not a part of it
-                log.error("gateway worker %d exited with %d: stopping the others", pid, code)
-                stopping = True
-                _signal_all(pids, signal.SIGTERM)
+            stopping = True
+            _signal_all(list(live), signal.SIGTERM)
     finally:
         if owner is not None:
             await owner.close()
@@ -122,16 +154,19 @@ async def _supervise(pids: list[int], store_sock: socket.socket | None) -> int:
     return code if code >= 0 else 128 - code   # killed by signal N: the shell's 128 + N
 
 
-def _watch(loop: asyncio.AbstractEventLoop, pid: int, exits: asyncio.Queue) -> None:
-    """Put (pid, exit status) on `exits` when the worker ends (a pidfd turns readable)."""
+def watch_exit(pid: int, on_exit: Callable[[int], None]) -> None:
+    """On the running loop, reap child `pid` when it ends (a pidfd turns readable) and call
+    `on_exit(exit code)` (negative: killed by that signal). Its metric files stop counting."""
+    loop = asyncio.get_running_loop()
     fd = os.pidfd_open(pid)
 
     def reaped() -> None:
         loop.remove_reader(fd)
         os.close(fd)
         _, status = os.waitpid(pid, 0)
-        multiprocess.mark_process_dead(pid)   # its in-flight and state gauges stop counting
-        exits.put_nowait((pid, os.waitstatus_to_exitcode(status)))
+        if os.environ.get(MULTIPROC_ENV):
+            multiprocess.mark_process_dead(pid)   # its in-flight and state gauges drop out
+        on_exit(os.waitstatus_to_exitcode(status))
 
     loop.add_reader(fd, reaped)
 

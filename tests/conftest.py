@@ -72,15 +72,16 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
 
 
 @contextlib.contextmanager
-def running_up(work: Path, config: dict, ready_path: str = "/readyz", timeout: float = 300.0):
-    """`inferplane up` in `work` with this config on a free port; yields (base_url, admin_key,
-    process). Stopped with Ctrl-C (SIGINT) on exit, as a user would."""
+def running_up(work: Path, config: dict, ready_path: str = "/readyz", timeout: float = 300.0,
+               args: tuple[str, ...] = ()):
+    """`inferplane up` in `work` with this config (and extra `args`) on a free port; yields
+    (base_url, admin_key, process). Stopped with Ctrl-C (SIGINT) on exit, as a user would."""
     port = free_port()
     (work / "inferplane.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "INFERPLANE_ADMIN_KEY"}
     log = open(work / "up.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "control_plane", "up", "--config",
-                             str(work / "inferplane.yaml"), "--port", str(port)], cwd=work,
+                             str(work / "inferplane.yaml"), "--port", str(port), *args], cwd=work,
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{port}{ready_path}", proc, timeout=timeout)

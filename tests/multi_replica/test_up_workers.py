@@ -1,0 +1,170 @@
+"""`inferplane up --workers 2` as real processes over real HTTP, with a simulated builtin engine:
+both workers serve, one RPM limit holds exactly across them (the supervisor's shared store), a
+model registered through the admin API (forwarded to the control plane) routes on every
+worker, a killed worker is replaced while serving goes on, and SIGTERM stops every process."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import psutil
+import pytest
+
+from control_plane.cli import build_parser
+from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
+from tests.multi_replica.conftest import MODEL as OTHER_MODEL
+
+MODEL = "sim"
+WORKERS = 2
+RPM = 10
+ASK = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    work = tmp_path_factory.mktemp("up-workers")
+    engine_port, other_port = free_port(), free_port()
+    # An engine of its own for the model registered later (started meanwhile): health probes
+    # of a registered backend would also judge `up`'s managed engine at the same address.
+    other = start_process(["-m", "builtin_engine", "serve", "--simulate", "--port",
+                           str(other_port), "--served-model-name", OTHER_MODEL,
+                           "--sim-decode-base-s", "0.001", "--log-level", "warning"],
+                          log_path=work / "other-engine.log")
+    engine_args = {"simulate": True, "sim_decode_base_s": 0.001, "num_blocks": 128}
+    config = {"engine_port_base": engine_port,
+              "models": [{"name": MODEL, "model": "smollm2-135m-instruct",
+                          "engine_args": engine_args}]}
+    try:
+        with running_up(work, config, timeout=180, args=("--workers", str(WORKERS))) as up:
+            base, key, proc = up
+            wait_http(f"http://127.0.0.1:{other_port}/health", other, timeout=120)
+            yield {"base": base, "key": key, "proc": proc, "log": work / "up.log",
+                   "other": f"http://127.0.0.1:{other_port}/v1"}
+    finally:
+        stop_process(other)
+
+
+def supervisor(stack) -> psutil.Process:
+    """The worker supervisor: the child of `up` forked from it (the engines are exec'd)."""
+    up = psutil.Process(stack["proc"].pid)
+    forked = [c for c in up.children() if c.cmdline() == up.cmdline()]
+    assert len(forked) == 1, forked
+    return forked[0]
+
+
+def worker_pids(stack) -> set[int]:
+    return {w.pid for w in supervisor(stack).children()}
+
+
+def serve_once(stack, model: str = MODEL, key: str | None = None) -> tuple[object, int | None]:
+    """One request on a fresh connection: (200 or "status body", pid of the worker that
+    accepted it)."""
+    headers = {"authorization": f"Bearer {key or stack['key']}"}
+    with httpx.Client(base_url=stack["base"], timeout=60, trust_env=False) as client:
+        r = client.post("/v1/chat/completions", json={"model": model, **ASK}, headers=headers)
+        _, client_port = r.extensions["network_stream"].get_extra_info("client_addr")
+        outcome = r.status_code if r.status_code == 200 else f"{r.status_code} {r.text[:300]}"
+        return outcome, _owner(worker_pids(stack), client_port)
+
+
+def _owner(pids: set[int], client_port: int) -> int | None:
+    for pid in pids:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+        if any(c.raddr and c.raddr.port == client_port for c in conns):
+            return pid
+    return None
+
+
+def serve_until_every_worker(stack, model: str = MODEL, attempts: int = 60) -> dict[int, int]:
+    """Requests on fresh connections until each worker accepted one: {pid: outcome}."""
+    seen: dict[int, object] = {}
+    for _ in range(attempts):
+        status, pid = serve_once(stack, model)
+        if pid is not None:
+            seen[pid] = status
+        if set(seen) == worker_pids(stack):
+            break
+    return seen
+
+
+def admin(stack, method: str, path: str, body: dict) -> dict:
+    r = httpx.request(method, stack["base"] + "/admin/v1" + path, json=body, timeout=30,
+                      headers={"authorization": f"Bearer {stack['key']}"})
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def test_workers_must_be_at_least_one(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", "--workers", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_both_workers_serve(stack):
+    assert len(worker_pids(stack)) == WORKERS
+    seen = serve_until_every_worker(stack)
+    assert set(seen) == worker_pids(stack) and set(seen.values()) == {200}, seen
+
+
+def test_metrics_merge_workers_and_control_plane(stack):
+    text = httpx.get(stack["base"] + "/metrics", timeout=10).text
+    assert f'inferplane_backend_healthy{{' in text    # the control plane's engine health
+    assert "inferplane_requests_total{" in text         # the workers' request counts
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(names) == len(set(names)), "a family appears twice"
+
+
+async def _fire(stack, secret: str, n: int) -> list[int]:
+    async def one() -> int:   # each on a connection of its own, so both workers get some
+        async with httpx.AsyncClient(base_url=stack["base"], timeout=60,
+                                     trust_env=False) as client:
+            r = await client.post("/v1/chat/completions", json={"model": MODEL, **ASK},
+                                  headers={"authorization": f"Bearer {secret}"})
+            return r.status_code
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_rpm_limit_is_exact_across_workers(stack):
+    secret = admin(stack, "POST", "/keys", {"name": "rpm", "rpm_limit": RPM})["secret"]
+    time.sleep(1.0)   # every worker's poller (0.25 s) has the new key
+    codes = asyncio.run(_fire(stack, secret, 3 * RPM))
+    assert codes.count(200) == RPM and codes.count(429) == 2 * RPM, codes
+
+
+def test_model_registered_through_admin_routes_on_every_worker(stack):
+    admin(stack, "POST", "/models", {"name": "second"})
+    admin(stack, "POST", "/backends", {"model": "second", "url": stack["other"],
+                                       "served_model": OTHER_MODEL, "state": "ready"})
+    time.sleep(1.0)
+    seen = serve_until_every_worker(stack, "second")
+    assert set(seen) == worker_pids(stack) and set(seen.values()) == {200}, seen
+
+
+def test_a_killed_worker_is_replaced_and_serving_goes_on(stack):
+    before = worker_pids(stack)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = worker_pids(stack)
+        if len(now) == WORKERS and victim not in now:
+            break
+        time.sleep(0.2)
+    assert len(now) == WORKERS and victim not in now, now
+    assert f"gateway worker {victim} exited" in stack["log"].read_text()
+    seen = serve_until_every_worker(stack)
+    assert set(seen) == now and set(seen.values()) == {200}, seen
+
+
+# Runs last: it stops the shared stack.
+def test_sigterm_stops_every_process(stack):
+    proc = stack["proc"]
+    everything = psutil.Process(proc.pid).children(recursive=True)
+    assert len(everything) >= WORKERS + 2   # supervisor, workers, engine
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    _, alive = psutil.wait_procs(everything, timeout=15)
+    assert not alive, alive
