@@ -12,8 +12,12 @@ import time
 import httpx
 import psutil
 import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from control_plane.cli import build_parser
+from control_plane.up_workers import ControlPlaneLink, ControlPlaneRoutes
 from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
 from tests.multi_replica.conftest import MODEL as OTHER_MODEL
 
@@ -157,6 +161,42 @@ def test_a_killed_worker_is_replaced_and_serving_goes_on(stack):
     assert f"gateway worker {victim} exited" in stack["log"].read_text()
     seen = serve_until_every_worker(stack)
     assert set(seen) == now and set(seen.values()) == {200}, seen
+
+
+async def _serve_on_unix_socket(app, path: str) -> tuple[uvicorn.Server, asyncio.Task]:
+    server = uvicorn.Server(uvicorn.Config(app, uds=path, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task
+
+
+async def test_forwarding_keeps_request_and_answer_then_503_when_the_control_plane_is_gone(
+        tmp_path):
+    control = FastAPI()
+
+    @control.post("/admin/v1/echo")
+    async def echo(request: Request):
+        return JSONResponse({"query": request.url.query, "body": (await request.body()).decode(),
+                             "auth": request.headers.get("authorization")},
+                            status_code=201, headers={"x-from": "control-plane"})
+    gateway = FastAPI()
+    gateway.get("/v1/ping")(lambda: {"from": "gateway"})
+    link = ControlPlaneLink(str(tmp_path / "control.sock"), tmp_path)
+    server, serving = await _serve_on_unix_socket(control, link.socket_path)
+    routes = ControlPlaneRoutes(gateway, link.client())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=routes),
+                                 base_url="http://gw") as client:
+        r = await client.post("/admin/v1/echo?a=1&b=2", content=b"hello",
+                              headers={"authorization": "Bearer k"})
+        assert (r.status_code, r.headers["x-from"]) == (201, "control-plane")
+        assert r.json() == {"query": "a=1&b=2", "body": "hello", "auth": "Bearer k"}
+        assert (await client.get("/v1/ping")).json() == {"from": "gateway"}
+        server.should_exit = True
+        await serving
+        r = await client.get("/admin/v1/keys")
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "control_plane_unavailable"
 
 
 # Runs last: it stops the shared stack.
