@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 
 import httpx
 import psutil
@@ -14,6 +16,7 @@ import pytest
 from gateway.limits.budget import Budget
 from gateway.limits.shared import LimitsOwner, SharedRateLimiter, SharedSpendTracker
 from gateway.limits.types import Limit
+from gateway.workers import MAX_FAILED_STARTS
 from tests.conftest import free_port, start_process, stop_process, wait_http
 from tests.multi_replica.conftest import MODEL, cli, start_sim_engine, write_config
 
@@ -109,3 +112,15 @@ async def _shared_budget_race(path: str) -> list[bool]:
 
 def test_shared_store_budget_holds_and_limits_are_exact(tmp_path):
     assert asyncio.run(_shared_budget_race(str(tmp_path / "limits.sock"))) == [True] * 3
+
+
+def test_replacing_gives_up_on_workers_that_die_at_start():
+    """replace=True (`up --workers`) forks a dead worker again, but not forever: after
+    MAX_FAILED_STARTS short-lived workers in a row the supervisor stops with their status."""
+    program = ("import sys; from gateway.workers import serve_workers; "
+               "sys.exit(serve_workers(1, lambda: 3, shared_limits=False, replace=True))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("in its place") == MAX_FAILED_STARTS - 1, done.stderr
+    assert done.stderr.count("stopping the others") == 1, done.stderr

@@ -121,6 +121,13 @@ def test_metrics_merge_workers_and_control_plane(stack):
     assert len(names) == len(set(names)), "a family appears twice"
 
 
+def test_console_and_admin_auth_come_from_the_control_plane(stack):
+    page = httpx.get(stack["base"] + "/console/", timeout=10)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    refused = httpx.get(stack["base"] + "/admin/v1/keys", timeout=10)   # no key
+    assert refused.status_code == 401, refused.text
+
+
 async def _fire(stack, secret: str, n: int) -> list[int]:
     async def one() -> int:   # each on a connection of its own, so both workers get some
         async with httpx.AsyncClient(base_url=stack["base"], timeout=60,
