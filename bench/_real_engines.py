@@ -6,6 +6,8 @@ a subprocess on a loopback port, for tests/peers and `inferplane bench routing_p
     engine.wait_ready(timeout=420)
     ... engine.url (…/v1), engine.root, engine.kv_endpoint, engine.replay_endpoint ...
     engine.stop()
+    config = vllm_model_config(dirs, tier="cold")   # the same recipe for an engine the
+                                                    # control plane starts (inferplane.yaml)
 
 vLLM is started the way ../shared/peers/README.md found fastest here: float32 (bfloat16 changes
 the first chat token), one OpenMP thread bound with Intel OpenMP preloaded, a small KV cache.
@@ -24,6 +26,8 @@ from pathlib import Path
 import httpx
 
 from bench.routing_bench import free_port  # noqa: F401  (re-exported for tests/peers)
+from control_plane.supervisor import EngineSpec
+from registry.vocabulary import EngineKind
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED = "smollm2"
@@ -115,36 +119,59 @@ def _spawn(kind: str, cmd: list[str], env: dict, port: int, log_path: Path, **ex
     return RealEngine(kind, port, proc, log_path, extra)
 
 
+def vllm_env(dirs: Path, kv_cache_gib: float = 1) -> dict[str, str]:
+    """The recipe's environment variables (added to the caller's environment)."""
+    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": "auto",
+            "LD_PRELOAD": str(dirs / "vllm" / "lib" / "libiomp5.so"),
+            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            "VLLM_CACHE_ROOT": str(dirs / "vllm-cache"), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+            # a fixed seed makes sha256_cbor block hashes the same in every vLLM process
+            "PYTHONHASHSEED": "0",
+            "VLLM_SERVER_DEV_MODE": "1",   # /reset_prefix_cache (tests of AllBlocksCleared)
+            "VLLM_TARGET_DEVICE": "cpu"}
+
+
+def vllm_args(max_num_seqs: int = 16, lora_rank: int = 0, max_loras: int = 2) -> dict:
+    """The recipe's `vllm serve` flags as EngineSpec args (lora_rank 0: no LoRA)."""
+    args = {"dtype": "float32", "max_model_len": 2048, "seed": 0, "max_num_seqs": max_num_seqs,
+            "prefix_caching_hash_algo": "sha256_cbor"}
+    if lora_rank:
+        args.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=max_loras)
+    return args
+
+
+def vllm_model_config(dirs: Path, name: str = SERVED, kv_cache_gib: float = 1,
+                      **model: object) -> dict:
+    """An inferplane.yaml `models:` entry whose engine the control plane starts with this
+    recipe; `model` adds keys (tier, routing, engine_args for vllm_args)::
+
+        {"name": "smollm2", "engine": "vllm", "tier": "cold", "executable": ".../vllm-cpu", ...}
+    """
+    args = model.pop("engine_args", {})
+    return {"name": name, "engine": "vllm", "model": str(dirs / "smollm2-hf"),
+            "executable": str(dirs / "vllm" / "bin" / "vllm-cpu"),
+            "engine_args": vllm_args(**args), "engine_env": vllm_env(dirs, kv_cache_gib), **model}
+
+
 def start_vllm(dirs: Path, port: int, log_path: Path, kv_events: bool = True,
                lora_rank: int = 0, kv_cache_gib: float = 1, max_num_seqs: int = 16,
                extra_args: tuple[str, ...] = ()) -> RealEngine:
-    venv = dirs / "vllm"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-           "VLLM_CPU_OMP_THREADS_BIND": "auto", "LD_PRELOAD": str(venv / "lib" / "libiomp5.so"),
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "VLLM_CACHE_ROOT": str(dirs / "vllm-cache"), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           # a fixed seed makes sha256_cbor block hashes the same in every vLLM process
-           "PYTHONHASHSEED": "0",
-           "VLLM_SERVER_DEV_MODE": "1",   # /reset_prefix_cache (tests of AllBlocksCleared)
-           "VLLM_TARGET_DEVICE": "cpu"}
-    env.pop("PYTHONPATH", None)
-    cmd = [str(venv / "bin" / "vllm-cpu"), "serve", str(dirs / "smollm2-hf"),
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "2048", "--served-model-name", SERVED, "--seed", "0",
-           "--max-num-seqs", str(max_num_seqs), "--prefix-caching-hash-algo", "sha256_cbor",
-           *extra_args]
+    config = vllm_model_config(dirs, kv_cache_gib=kv_cache_gib, engine_args={
+        "max_num_seqs": max_num_seqs, "lora_rank": lora_rank})
     extra = {}
     if kv_events:
         pub, replay = free_port(), free_port()
         extra = {"kv_endpoint": f"tcp://127.0.0.1:{pub}",
                  "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
-        cmd += ["--kv-events-config", json.dumps({
+        config["engine_args"]["kv_events_config"] = {
             "enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv",
             # a host (not "*") endpoint: vLLM connects to it, the gateway binds it (loopback only)
-            "endpoint": f"tcp://127.0.0.1:{pub}", "replay_endpoint": f"tcp://127.0.0.1:{replay}"})]
-    if lora_rank:
-        cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
-    return _spawn("vllm", cmd, env, port, log_path, **extra)
+            "endpoint": f"tcp://127.0.0.1:{pub}", "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    spec = EngineSpec(name=SERVED, model=config["model"], port=port, engine=EngineKind.VLLM,
+                      executable=config["executable"], args=config["engine_args"],
+                      env=config["engine_env"])
+    return _spawn("vllm", spec.command() + list(extra_args), spec.environment(), port, log_path,
+                  **extra)
 
 
 def start_llama_server(dirs: Path, gguf: Path, port: int, log_path: Path,

@@ -16,7 +16,7 @@ from registry.models import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
 from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
-from registry.vocabulary import BackendState, EngineKind, Role, Tier
+from registry.vocabulary import BackendState, Role, Tier
 
 from .settings import ModelSpec, Settings
 from .supervisor import EngineSpec, free_port
@@ -56,8 +56,11 @@ def _upsert_model(session: Session, spec: ModelSpec) -> Model:
 
 
 def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSpec]:
-    """Write the configured models and backends; return the builtin engines to start.
-    Managed backends from an earlier run are replaced (their ports may differ now)."""
+    """Write the configured models and backends; return the hot models' engines (builtin or
+    vllm) to start. Managed backends from an earlier run are replaced (their ports may differ
+    now)."""
+    from .tiers.config import EngineTemplate, startable  # the tiers package imports this module
+
     specs: list[EngineSpec] = []
     port = settings.engine_port_base
     with sessions.begin() as session:
@@ -70,14 +73,14 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
                 session.add(Backend(model_id=model.id, url=b.url.rstrip("/"), engine=b.engine,
                                     served_model=b.served_model or spec.name, gpu_type=b.gpu,
                                     weight=b.weight, tier=spec.tier, state=BackendState.READY, managed=False))
-            if spec.engine == EngineKind.BUILTIN and not spec.backends and spec.tier == Tier.HOT:
-                for _ in range(max(spec.replicas, 1)):
+            if startable(spec) and spec.tier == Tier.HOT:
+                template = EngineTemplate.of(spec)
+                for _ in range(template.replicas):
                     port = free_port(preferred=port) + 1
-                    engine = EngineSpec(name=spec.name, model=spec.model or spec.name,
-                                        port=port - 1, args=dict(spec.engine_args))
+                    engine = template.spec(spec.name, port - 1)
                     specs.append(engine)
                     session.add(Backend(model_id=model.id, url=engine.url,
-                                        engine=EngineKind.BUILTIN, served_model=spec.name,
+                                        engine=engine.engine, served_model=spec.name,
                                         tier=spec.tier, state=BackendState.STARTING,
                                         managed=True, command=engine.command(), port=engine.port))
         bump_version(session)

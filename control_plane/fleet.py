@@ -65,7 +65,7 @@ async def running_fleet(settings: Settings, sessions, snapshots):
     fleet = Fleet(tiers)
     try:
         if engines:
-            say(f"starting {len(engines)} builtin engine(s): "
+            say(f"starting {len(engines)} engine(s): "
                 + ", ".join(f"{e.name} on :{e.port}" for e in engines))
         await asyncio.gather(*(supervisor.start(spec) for spec in engines))
         snapshots.refresh()

@@ -51,6 +51,10 @@ class ModelSpec(BaseModel):
     routing: RoutingStrategy | None = None
     fallbacks: list[str] = Field(default_factory=list)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+    # engine: vllm without backends: the control plane runs `<executable> serve <model>`
+    # (default `vllm` on PATH) with engine_args as flags and engine_env added to its environment
+    executable: str | None = Field(None, min_length=1)
+    engine_env: dict[str, str] = Field(default_factory=dict)
     backends: list[BackendSpec] = Field(default_factory=list)
     price_in_per_1k: float = 0.0
     price_out_per_1k: float = 0.0
@@ -59,8 +63,11 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _builtin_needs_model(self) -> "ModelSpec":
-        if self.engine == EngineKind.BUILTIN and not self.backends and not self.model:
+        started = self.engine in (EngineKind.BUILTIN, EngineKind.VLLM) and not self.backends
+        if started and not self.model:
             self.model = self.name
+        if self.executable and self.engine != EngineKind.VLLM:
+            raise ValueError(f"executable applies to engine: vllm, not {self.engine}")
         return self
 
 

@@ -1,14 +1,23 @@
-"""Builtin engine processes: start, relay their output, wait until ready, restart, stop.
+"""Engine processes (builtin or vLLM): start, relay their output, wait until ready, restart, stop.
+
+    spec = EngineSpec(name="m", model="/models/m-hf", port=8201, engine="vllm",
+                      executable="/opt/vllm/bin/vllm", args={"max_loras": 1, "enable_lora": True},
+                      env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    proc = await EngineSupervisor().start(spec)      # returns once /health (and /v1/models) answer
 
 Children get PR_SET_PDEATHSIG so they die with the control plane even if it is killed hard:
-Ctrl-C or a crash never leaves an orphan engine holding a port and memory. Each engine gets its
-own API key (engine_adapter.engine_keys) through its environment, never its command line, so
-the key shows in no process listing and in no stored command.
+Ctrl-C or a crash never leaves an orphan engine holding a port and memory. Each engine runs in a
+process group of its own and is stopped as a group: vLLM's engine core is a grandchild that the
+death signal does not reach. Each builtin engine gets its own API key (engine_adapter.engine_keys)
+through its environment, never its command line, so the key shows in no process listing and in
+no stored command.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -22,12 +31,17 @@ import httpx
 
 from builtin_engine.api_key import API_KEY_ENV
 from engine_adapter import engine_keys
-from registry.vocabulary import BackendState
+from registry.vocabulary import BackendState, EngineKind
 
 log = logging.getLogger("inferplane.supervisor")
 
+MANAGED_ENGINES = (EngineKind.BUILTIN, EngineKind.VLLM)  # the kinds EngineSpec can launch
 
-def _die_with_parent() -> None:
+
+def _own_group_and_die_with_parent() -> None:
+    """In the child before exec: a process group of its own (stopped as one), and SIGTERM when
+    the control plane dies. Here rather than process_group=0, which uvloop refuses."""
+    os.setpgid(0, 0)
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
@@ -48,27 +62,57 @@ def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
 @dataclass
 class EngineSpec:
     name: str  # served model name
-    model: str  # model reference for the builtin engine
+    model: str  # builtin: model reference; vllm: HF directory or repository id
     port: int
     host: str = "127.0.0.1"
     args: dict = field(default_factory=dict)  # extra CLI flags, e.g. {"max_num_seqs": 32}
+    engine: str = EngineKind.BUILTIN  # one of MANAGED_ENGINES
+    executable: str | None = None  # vllm: the `vllm` CLI to run (default: `vllm` on PATH)
+    env: dict[str, str] = field(default_factory=dict)  # added to the engine's environment
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "builtin_engine", "serve", "--model", self.model,
-               "--served-model-name", self.name, "--host", self.host, "--port", str(self.port)]
-        for key, value in self.args.items():
-            flag = "--" + key.replace("_", "-")
-            if value is True:
-                cmd.append(flag)
-            elif isinstance(value, (list, tuple)):  # e.g. lora_roots: [dir, dir]
-                cmd += [flag, ",".join(str(v) for v in value)]
-            elif value not in (False, None):
-                cmd += [flag, str(value)]
-        return cmd
+        where = ["--served-model-name", self.name, "--host", self.host, "--port", str(self.port)]
+        if self.engine == EngineKind.VLLM:
+            return [self.executable or "vllm", "serve", self.model, *where,
+                    *_flags(self.args, join_lists=False)]
+        if self.engine != EngineKind.BUILTIN:
+            raise ValueError(f"engine kind {self.engine!r} cannot be started; "
+                             f"startable: {', '.join(MANAGED_ENGINES)}")
+        return [sys.executable, "-m", "builtin_engine", "serve", "--model", self.model, *where,
+                *_flags(self.args, join_lists=True)]
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(API_KEY_ENV, None)  # never inherit another engine's key
+        if self.engine == EngineKind.BUILTIN:
+            if (key := engine_keys.key_for(self.url)) is not None:
+                env[API_KEY_ENV] = key
+        else:  # an interpreter of its own (vLLM's venv) must not import this project's packages
+            env.pop("PYTHONPATH", None)
+        return {**env, **{k: str(v) for k, v in self.env.items()}}
+
+
+def _flags(args: dict, join_lists: bool) -> list[str]:
+    """CLI flags from {"max_num_seqs": 32, "enforce_eager": True, ...}. Lists are one
+    comma-joined value for the builtin engine and separate values for vLLM (its nargs="+"
+    flags); dicts are JSON (vLLM's --kv-events-config, --compilation-config)."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):  # e.g. lora_roots: [dir, dir]
+            values = [str(v) for v in value]
+            out += [flag, ",".join(values)] if join_lists else [flag, *values]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        elif value is not False and value is not None:  # 0 is a value (--seed 0)
+            out += [flag, str(value)]
+    return out
 
 
 class EngineProcess:
@@ -82,13 +126,9 @@ class EngineProcess:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop(API_KEY_ENV, None)  # never inherit another engine's key
-        if (key := engine_keys.key_for(self.spec.url)) is not None:
-            env[API_KEY_ENV] = key
         self.proc = await asyncio.create_subprocess_exec(
             *self.spec.command(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_die_with_parent, env=env)
+            preexec_fn=_own_group_and_die_with_parent, env=self.spec.environment())
         self._pump = asyncio.create_task(self._relay_output())
 
     async def _relay_output(self) -> None:
@@ -99,30 +139,49 @@ class EngineProcess:
 
     async def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        health = self.spec.url.removesuffix("/v1") + "/health"
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
             while time.monotonic() < deadline:
                 if not self.running:
                     raise RuntimeError(f"engine {self.spec.name} exited with code "
                                        f"{self.proc.returncode if self.proc else '?'}")
                 try:
-                    if (await client.get(health)).status_code == 200:
+                    if await self._answers(client):
                         return
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.25)
         raise TimeoutError(f"engine {self.spec.name} not ready after {timeout_s:.0f}s")
 
+    async def _answers(self, client: httpx.AsyncClient) -> bool:
+        """/health is 200; a vLLM must also list the served name in /v1/models: a stale
+        server of another model left on the port would answer /health too."""
+        if (await client.get(self.spec.url.removesuffix("/v1") + "/health")).status_code != 200:
+            return False
+        if self.spec.engine != EngineKind.VLLM:
+            return True
+        models = await client.get(self.spec.url + "/models")
+        if models.status_code != 200:
+            return False
+        return self.spec.name in [card.get("id") for card in models.json().get("data", [])]
+
     async def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to the engine's process group, SIGKILL after `grace_s`; then whatever of
+        the group outlived its leader (vLLM's engine core) is killed too."""
         if self.running:
-            self.proc.send_signal(signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), grace_s)
             except asyncio.TimeoutError:
-                self.proc.kill()
+                self._signal_group(signal.SIGKILL)
                 await self.proc.wait()
+            # the group id stays reserved while any member lives, so this hits only our engine
+            self._signal_group(signal.SIGKILL)
         if self._pump:
             self._pump.cancel()
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
 
 
 StateCallback = Callable[[EngineSpec, str], Awaitable[None] | None]

@@ -27,7 +27,7 @@ from sqlalchemy.orm import sessionmaker
 from control_plane.bootstrap import set_backend_state
 from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor, free_port
 from engine_adapter import create_adapter
-from registry.vocabulary import BackendState, EngineKind, Tier
+from registry.vocabulary import BackendState, Tier
 
 from . import store
 from .adapters import AdapterManager
@@ -136,7 +136,7 @@ class TierManager:
         template = self.config.engines.get(model)
         if template is None:
             await asyncio.to_thread(store.model_tier, self.sessions, model)  # 404 if unknown
-            raise NoEngineTemplate(f"model '{model}' has no builtin engine to start")
+            raise NoEngineTemplate(f"model '{model}' has no engine template to start from")
         task = self._starting.get(model)  # re-check: the lookup above yielded
         if task is None:
             task = asyncio.create_task(self._start(model, template), name=f"start {model}")
@@ -157,12 +157,12 @@ class TierManager:
                 await self._make_room(exclude=model)
             spec = self._spec(model, template)
             await asyncio.to_thread(store.add_managed_backend, self.sessions, model, spec.url,
-                                    spec.command(), spec.port)
+                                    spec.command(), spec.port, spec.engine)
             await self.changed()
-            log.info("starting %s engine for %s on :%d", tier, model, spec.port)
+            log.info("starting %s %s engine for %s on :%d", tier, spec.engine, model, spec.port)
             try:
                 proc = await self.supervisor.start(spec, wait=False)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # no such executable, a bad argument
                 await self._forget_backend(spec.url)
                 raise EngineStartFailed(f"could not launch the engine for '{model}': {exc}")
         try:
@@ -179,8 +179,7 @@ class TierManager:
     def _spec(self, model: str, template: EngineTemplate) -> EngineSpec:
         port = free_port(self.config.host, preferred=self._next_port)
         self._next_port = port + 1
-        return EngineSpec(name=model, model=template.model, port=port, host=self.config.host,
-                          args=dict(template.args))
+        return template.spec(model, port, self.config.host)
 
     async def _make_room(self, exclude: str) -> None:
         while len(self.supervisor.processes) >= self.config.max_engines:
@@ -206,7 +205,7 @@ class TierManager:
         """Requests running or queued on the engine (an idle clock can miss a long stream)."""
         if not proc.running:
             return False
-        engine = create_adapter(proc.spec.url, EngineKind.BUILTIN)
+        engine = create_adapter(proc.spec.url, proc.spec.engine)
         try:
             load = await engine.load()
         except (httpx.HTTPError, ValueError):

@@ -70,8 +70,8 @@ def backends_of(sessions: sessionmaker[Session], name: str) -> list[BackendRow]:
 
 
 def add_managed_backend(sessions: sessionmaker[Session], name: str, url: str,
-                        command: list[str], port: int) -> int:
-    """The registry row for an engine about to start (state `starting`)."""
+                        command: list[str], port: int, engine: str = EngineKind.BUILTIN) -> int:
+    """The registry row for an engine of kind `engine` about to start (state `starting`)."""
     with sessions.begin() as session:
         model = _model(session, name)
         stale = session.scalar(select(Backend).where(Backend.model_id == model.id,
@@ -79,7 +79,7 @@ def add_managed_backend(sessions: sessionmaker[Session], name: str, url: str,
         if stale is not None:  # a row an earlier engine on this port left behind
             session.delete(stale)
             session.flush()
-        row = Backend(model_id=model.id, url=url, engine=EngineKind.BUILTIN, served_model=name,
+        row = Backend(model_id=model.id, url=url, engine=engine, served_model=name,
                       tier=model.tier, state=BackendState.STARTING, managed=True, command=command,
                       port=port)
         session.add(row)

@@ -1,12 +1,14 @@
 """Cold tier end to end: the gateway's in-process ColdStarter asks the TierManager, which has
-the real EngineSupervisor start a simulated builtin engine; the request gets a ready backend
-within its budget, and the engine is stopped again once idle. Hot engines are kept running."""
+the real EngineSupervisor start a simulated builtin engine (or a stand-in vLLM CLI); the request
+gets a ready backend within its budget, and the engine is stopped again once idle. Hot engines
+are kept running."""
 from __future__ import annotations
 
 import asyncio
 import time
 
 import httpx
+import psutil
 from sqlalchemy import select
 
 from control_plane.bootstrap import set_backend_state
@@ -16,6 +18,7 @@ from control_plane.tiers.store import set_model_tier
 from gateway.coldstart import InProcessColdStarter, has_ready_backend
 from registry.models import Backend
 from tests.conftest import free_port
+from tests.control_plane import fake_vllm
 from tests.tiers.conftest import SIM_ARGS, SIM_MODEL, add_model
 
 BUDGET_S = 90.0
@@ -133,6 +136,35 @@ async def test_hot_model_is_kept_running(sessions, snapshots):
         await tiers.tick()  # idle far past idle_s: hot engines are never stopped
         assert len(supervisor.processes) == 1 and next(
             iter(supervisor.processes.values())).running
+    finally:
+        await tiers.shutdown()
+        await supervisor.stop_all()
+
+
+async def test_cold_vllm_template_runs_its_executable_and_stops_as_a_group(sessions, snapshots,
+                                                                           tmp_path):
+    add_model(sessions, "lazy-vllm", "cold")
+    supervisor = _supervisor(sessions, snapshots)
+    record = tmp_path / "record.json"
+    template = EngineTemplate("/models/m-hf", args={"max_loras": 1}, engine="vllm",
+                              executable=str(fake_vllm.install(tmp_path)),
+                              env={"FAKE_VLLM_RECORD": str(record)})
+    tiers = TierManager(sessions, supervisor, snapshots.refresh, TierConfig(
+        engines={"lazy-vllm": template}, start_timeout_s=BUDGET_S, port_base=free_port(),
+        idle_s=IDLE_S))
+    starter = InProcessColdStarter(tiers, snapshots)
+    try:
+        assert await starter.ensure_backend("lazy-vllm", BUDGET_S)
+        (backend,) = snapshots.current.models["lazy-vllm"].backends
+        assert (backend.engine, backend.state, backend.served_model) == ("vllm", "ready",
+                                                                          "lazy-vllm")
+        with sessions() as s:
+            assert s.scalar(select(Backend.command))[:3] == [template.executable, "serve",
+                                                             "/models/m-hf"]
+        child = psutil.Process(fake_vllm.record(record)["child"])
+        assert await _until(lambda: not supervisor.processes, IDLE_S + 15, tiers.tick)
+        _gone, alive = psutil.wait_procs([child], timeout=10)
+        assert alive == [] and _backend_rows(sessions) == []
     finally:
         await tiers.shutdown()
         await supervisor.stop_all()
