@@ -194,7 +194,7 @@ def run_up_workers(settings: Settings, workers: int) -> int:
 def _unix_socket(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
-    os.chmod(path, 0o600)   # admin requests arrive here already authenticated by key only
+    os.chmod(path, 0o600)   # this user's processes only; each admin request still needs a key
     sock.listen(1024)
     return sock
 
