@@ -24,6 +24,7 @@ from tests.multi_replica.conftest import MODEL as OTHER_MODEL
 MODEL = "sim"
 WORKERS = 2
 RPM = 10
+BUDGET_REQUESTS = 10   # a request costs exactly 20 tokens at 1 USD per 1k: 0.02 USD
 ASK = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
@@ -40,6 +41,7 @@ def stack(tmp_path_factory):
     engine_args = {"simulate": True, "sim_decode_base_s": 0.001, "num_blocks": 128}
     config = {"engine_port_base": engine_port,
               "models": [{"name": MODEL, "model": "smollm2-135m-instruct",
+                          "price_in_per_1k": 1.0, "price_out_per_1k": 1.0,
                           "engine_args": engine_args}]}
     try:
         with running_up(work, config, timeout=180, args=("--workers", str(WORKERS))) as up:
@@ -128,21 +130,50 @@ def test_console_and_admin_auth_come_from_the_control_plane(stack):
     assert refused.status_code == 401, refused.text
 
 
-async def _fire(stack, secret: str, n: int) -> list[int]:
-    async def one() -> int:   # each on a connection of its own, so both workers get some
+async def _fire(stack, secret: str, n: int, path: str,
+                body: dict) -> list[tuple[int, dict, int | None]]:
+    """n concurrent requests, each on its own connection: (status, json, worker pid)."""
+    pids = worker_pids(stack)
+
+    async def one() -> tuple[int, dict, int | None]:
         async with httpx.AsyncClient(base_url=stack["base"], timeout=60,
                                      trust_env=False) as client:
-            r = await client.post("/v1/chat/completions", json={"model": MODEL, **ASK},
+            r = await client.post(path, json={"model": MODEL, **body},
                                   headers={"authorization": f"Bearer {secret}"})
-            return r.status_code
+            _, port = r.extensions["network_stream"].get_extra_info("client_addr")
+            return r.status_code, r.json(), _owner(pids, port)
     return await asyncio.gather(*(one() for _ in range(n)))
 
 
+def fire_on_every_worker(stack, key: dict, n: int, path: str = "/v1/chat/completions",
+                         body: dict = ASK) -> list[tuple[int, dict, int | None]]:
+    """_fire with a fresh key made of `key` until every worker took some of the requests: the
+    kernel may hand one worker every connection, and that run would prove nothing."""
+    for _ in range(3):
+        secret = admin(stack, "POST", "/keys", key)["secret"]
+        time.sleep(1.0)   # every worker's poller (0.25 s) has the new key
+        results = asyncio.run(_fire(stack, secret, n, path, body))
+        if {pid for *_, pid in results} == worker_pids(stack):
+            return results
+    pytest.fail("every attempt's connections went to one worker")
+
+
 def test_rpm_limit_is_exact_across_workers(stack):
-    secret = admin(stack, "POST", "/keys", {"name": "rpm", "rpm_limit": RPM})["secret"]
-    time.sleep(1.0)   # every worker's poller (0.25 s) has the new key
-    codes = asyncio.run(_fire(stack, secret, 3 * RPM))
+    results = fire_on_every_worker(stack, {"name": "rpm", "rpm_limit": RPM}, 3 * RPM)
+    codes = [status for status, *_ in results]
+    # Per-worker stores would admit RPM on one worker plus at least one on the other.
     assert codes.count(200) == RPM and codes.count(429) == 2 * RPM, codes
+
+
+def test_budget_is_exact_across_workers(stack):
+    """Token-id prompts with ignore_eos cost exactly what admission holds, so no settle
+    refunds anything: one shared store admits BUDGET_REQUESTS, one per worker more."""
+    key = {"name": "spend", "max_budget": BUDGET_REQUESTS * 0.02 + 0.01}
+    body = {"prompt": list(range(100, 110)), "max_tokens": 10, "ignore_eos": True}
+    results = fire_on_every_worker(stack, key, 3 * BUDGET_REQUESTS, "/v1/completions", body)
+    served = [data for status, data, _ in results if status == 200]
+    assert all(d["usage"]["total_tokens"] == 20 for d in served), served[:2]
+    assert len(served) == BUDGET_REQUESTS, [status for status, *_ in results]
 
 
 def test_model_registered_through_admin_routes_on_every_worker(stack):
