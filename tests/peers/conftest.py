@@ -54,16 +54,24 @@ def peer_dirs() -> Path:
 
 class VllmServer:
     """The session's vLLM (KV events and runtime LoRA on), started again only if a test killed
-    it and another test needs it after all (test_vllm_resume.py sorts last so none does)."""
+    it and another test needs it after all (test_vllm_resume.py sorts last so none does).
+    `begin()` spawns it without waiting, so that another engine can warm up at the same time;
+    `get()` waits until it is ready."""
 
     def __init__(self, dirs: Path, log: Path):
-        self.dirs, self.log, self.engine = dirs, log, None
+        self.dirs, self.log, self.engine, self.ready = dirs, log, None, False
 
-    def get(self):
+    def begin(self) -> None:
         if self.engine is None or not self.engine.alive():
             self.engine = real.start_vllm(self.dirs, real.free_port(), self.log, kv_events=True,
                                           lora_rank=8)
+            self.ready = False
+
+    def get(self):
+        self.begin()
+        if not self.ready:
             self.engine.wait_ready(VLLM_START_S)
+            self.ready = True
         return self.engine
 
     def stop(self) -> None:
@@ -91,6 +99,28 @@ def builtin(tmp_path_factory):
     engine.wait_ready(300)
     yield engine
     engine.stop()
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_lora(dirs: Path, out: Path, seed: int = 0) -> Path:
+    """A rank-8 PEFT adapter for SmolLM2 in `out`, small random weights drawn from `seed`
+    (enough to change the greedy text)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(dirs / "smollm2-hf"), dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS,
+                                            init_lora_weights=False))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_A." in name or ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.04)
+    model.save_pretrained(str(out))
+    return out
 
 
 def backend_of(engine, backend_id: str, adapters: tuple[str, ...] = ()) -> BackendView:

@@ -8,30 +8,14 @@ import httpx
 import pytest
 
 from engine_adapter import create_adapter
-from tests.peers.conftest import backend_of, gateway, model_of
+from tests.peers.conftest import backend_of, gateway, make_lora, model_of
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
 def adapter_dir(peer_dirs, tmp_path_factory):
-    """A rank-8 PEFT adapter for SmolLM2 with small random weights (changes the greedy text)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(str(peer_dirs / "smollm2-hf"), dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS,
-                                            init_lora_weights=False))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".lora_A." in name or ".lora_B." in name:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.04)
-    out = tmp_path_factory.mktemp("lora-one")
-    model.save_pretrained(str(out))
-    return out
+    return make_lora(peer_dirs, tmp_path_factory.mktemp("lora-one"))
 
 
 def _run(coro_fn, backend):
