@@ -16,7 +16,8 @@ A worker waits until the control plane answers (registry migrated, admin key wri
 engines ready), then reads the registry through its own snapshot poller exactly as a
 standalone gateway does; its request path never queries the database. It forwards /admin/...
 and /console... to the control plane, asks it to start cold models (HttpColdStarter), and
-appends the control plane's metric families (engine health, SLOs, rollouts) to its /metrics.
+appends the control plane's metric families (engine health, SLOs, rollouts) to its /metrics
+and its paths to /openapi.json.
 The control plane analyses rollouts from the workers' merged /metrics on the public port.
 
 SIGTERM or Ctrl-C: the control plane stops serving, stops the workers (each drains) and then
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import shutil
 import signal
@@ -95,7 +97,8 @@ class ControlPlaneLink:
 
 
 class ControlPlaneRoutes:
-    """ASGI: admin and console paths go to the control plane; everything else to `app`.
+    """ASGI: admin and console paths go to the control plane, /metrics and /openapi.json
+    merge both, everything else goes to `app`.
 
         app = ControlPlaneRoutes(gateway_app, link.client())
     """
@@ -109,6 +112,8 @@ class ControlPlaneRoutes:
                 return await self._forward(scope, receive, send)
             if scope["path"] == "/metrics":
                 return await self._metrics(scope, receive, send)
+            if scope["path"] == "/openapi.json":
+                return await self._openapi(scope, receive, send)
         await self.app(scope, receive, send)
 
     async def _forward(self, scope, receive, send) -> None:
@@ -153,6 +158,22 @@ class ControlPlaneRoutes:
                 message = {**message, "body": message.get("body", b"") + extra}
             await send(message)
         await self.app(scope, receive, send_with_extra)
+
+
+    async def _openapi(self, scope, receive, send) -> None:
+        """One document for both: the gateway's paths and the control plane's."""
+        from fastapi.responses import JSONResponse
+
+        doc = copy.deepcopy(self.app.openapi())
+        try:
+            response = await self.client.get("/openapi.json")
+            theirs = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            theirs = {}
+        doc["paths"].update(theirs.get("paths", {}))
+        for section, entries in theirs.get("components", {}).items():
+            doc.setdefault("components", {}).setdefault(section, {}).update(entries)
+        await JSONResponse(doc)(scope, receive, send)
 
 
 def _unavailable(exc: Exception):

@@ -22,6 +22,7 @@ from tests.conftest import free_port, running_up, start_process, stop_process, w
 from tests.multi_replica.conftest import MODEL as OTHER_MODEL
 
 MODEL = "sim"
+COLD = "cold-sim"   # no engine until its first request
 WORKERS = 2
 RPM = 10
 BUDGET_REQUESTS = 10   # a request costs exactly 20 tokens at 1 USD per 1k: 0.02 USD
@@ -42,6 +43,8 @@ def stack(tmp_path_factory):
     config = {"engine_port_base": engine_port,
               "models": [{"name": MODEL, "model": "smollm2-135m-instruct",
                           "price_in_per_1k": 1.0, "price_out_per_1k": 1.0,
+                          "engine_args": engine_args},
+                         {"name": COLD, "model": "smollm2-135m-instruct", "tier": "cold",
                           "engine_args": engine_args}]}
     try:
         with running_up(work, config, timeout=180, args=("--workers", str(WORKERS))) as up:
@@ -128,6 +131,14 @@ def test_console_and_admin_auth_come_from_the_control_plane(stack):
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     refused = httpx.get(stack["base"] + "/admin/v1/keys", timeout=10)   # no key
     assert refused.status_code == 401, refused.text
+    paths = httpx.get(stack["base"] + "/openapi.json", timeout=10).json()["paths"]
+    assert "/v1/chat/completions" in paths and "/admin/v1/keys" in paths
+
+
+def test_a_cold_model_starts_on_its_first_request(stack):
+    """The worker asks the control plane (over its socket, with the admin key) to start it."""
+    status, pid = serve_once(stack, COLD)
+    assert status == 200 and pid in worker_pids(stack)
 
 
 async def _fire(stack, secret: str, n: int, path: str,
