@@ -1,22 +1,24 @@
 """Decode steps through one torch.compile'd (inductor) decoder layer, on any device.
 
     compiled = CompiledDecode(model, kv_caches, cache_dir)   # compiles nothing yet
-    compiled.warm_up(max_blocks)                            # bounded: two batch shapes
+    compiled.warm_up()                                      # bounded: two batch shapes
     if compiled.accepts(meta, lora):
         hidden = compiled.forward(input_ids, positions, meta)
 
 What it fuses (the eager CPU profile of a batch-64 decode step: KV gather 36%, matmuls
 20%, norm/rotary/activation 16%, SDPA 13%, glue 12%):
-- attention reads the paged cache in place: scores and the weighted sum are reductions whose
-  loads go through the block table, so no [batch, context] copy of K/V is ever made;
+- attention reads the paged cache in place, block by block: each (row, block) pair the
+  contexts cover gives a partial softmax whose loads go through the block id, and each row
+  merges its partials, so no [batch, context] copy of K/V is made and a short context in a
+  batch of long ones costs its own blocks only, not the longest row's (BlockPlan);
 - residual add + RMSNorm, rotary and SiLU-and-mul become one loop each around the matmuls
   (which stay oneDNN/MKL calls, as in eager);
 - the KV store is an opaque custom op that mutates the cache (vLLM's way): inductor neither
   clones the cache nor reorders the store after the reads.
 Every layer calls the same compiled function with its own weights and cache as inputs, so
-one compilation serves all layers. Shapes are dynamic (batch rows, block-table width):
-warm-up compiles the batch-1 specialisation and the general graph, and each later step
-reuses them. Steps whose queries are all short (decode, speculative verification rows,
+one compilation serves all layers. Shapes are dynamic (batch rows, blocks read, block-table
+width): warm-up compiles the one graph and checks it is reused, and every later step
+reuses it. Steps whose queries are all short (decode, speculative verification rows,
 as in `attention._as_decode`) take this path; prefill and LoRA steps stay eager.
 Compiled kernels are cached under `cache_dir` (TORCHINDUCTOR_CACHE_DIR), so a restart
 loads them instead of compiling again.
@@ -27,6 +29,7 @@ import functools
 import logging
 import os
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -61,31 +64,75 @@ def linear(x, weight):
     return torch.nn.functional.linear(x, weight)
 
 
-def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale: float):
-    """One query row per sequence over its paged context, read in place (under compile:
-    the gathers below are loads inside the reductions, never materialised).
+class BlockPlan(NamedTuple):
+    """The blocks a decode batch actually reads, for `paged_decode_attention`.
 
-    q [B, Hq, D]; caches [blocks, block_size, Hk, D]; block_tables [B, W]; seq_lens [B].
+        plan = BlockPlan.build(block_tables, seq_lens, block_size)
+
+    blocks/rows/fill [P]: every (row, block) pair the contexts cover, row by row, with the
+    block id, its row and how many of its slots hold context (block_size but for a row's
+    last block). index [B, W]: row i's pairs in order; columns past its last block hold -1.
+    P is sum(ceil(seq_len / block_size)), so a batch of short and long contexts reads only
+    what each row holds, not every row padded to the longest.
+    """
+    blocks: torch.Tensor
+    rows: torch.Tensor
+    fill: torch.Tensor
+    index: torch.Tensor
+
+    @classmethod
+    def build(cls, block_tables: torch.Tensor, seq_lens: torch.Tensor,
+              block_size: int) -> "BlockPlan":
+        width = block_tables.shape[1]
+        lens = seq_lens.long()
+        used = -(-lens // block_size)
+        # Two columns at least: a width-1 dimension would get its own graph specialisation.
+        cols = torch.arange(max(width, 2), device=lens.device)
+        covered = cols[None, :] < used[:, None]
+        table = block_tables.long()
+        if width < cols.numel():
+            table = torch.cat([table, table[:, :1]], dim=1)
+        starts = torch.cumsum(used, 0) - used
+        fill = (lens[:, None] - cols[None, :] * block_size).clamp(max=block_size)
+        rows = torch.arange(lens.numel(), device=lens.device)[:, None].expand_as(covered)
+        index = torch.where(covered, starts[:, None] + cols[None, :], -1)
+        return cls(table[covered], rows[covered], fill[covered], index)
+
+
+def paged_decode_attention(q, k_cache, v_cache, plan: BlockPlan, scale: float):
+    """One query row per sequence over its paged context, block by block (paged attention
+    v2): each (row, block) pair of the plan yields a partial softmax (max, sum, weighted V)
+    over its filled slots, and each row merges its pairs' partials. Under compile the block
+    gathers are loads inside the reductions, never a copy of K/V.
+
+    q [B, Hq, D]; caches [blocks, block_size, Hk, D].
     """
     batch, q_heads, dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = q_heads // kv_heads
-    span = block_tables.shape[1] * block_size
-    pos = torch.arange(span, device=q.device)
-    slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
-    k = k_cache.view(-1, kv_heads, dim)[slots].float()  # [B, S, Hk, D]
-    v = v_cache.view(-1, kv_heads, dim)[slots].float()
-    qg = q.float().view(batch, 1, kv_heads, group, dim)
-    scores = (qg * k.unsqueeze(3)).sum(-1) * scale  # [B, S, Hk, G]
-    valid = pos[None, :] < seq_lens[:, None]
-    scores = scores.masked_fill(~valid[:, :, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=1)
-    out = (probs.unsqueeze(-1) * v.unsqueeze(3)).sum(1)  # [B, Hk, G, D]
+    k = k_cache[plan.blocks].float()  # [P, block_size, Hk, D]
+    v = v_cache[plan.blocks].float()
+    qg = q.float().view(batch, kv_heads, group, dim)[plan.rows]  # [P, Hk, G, D]
+    scores = (qg.unsqueeze(1) * k.unsqueeze(3)).sum(-1) * scale  # [P, block_size, Hk, G]
+    slot = torch.arange(block_size, device=q.device)
+    empty = (slot[None, :] >= plan.fill[:, None])[:, :, None, None]
+    scores = scores.masked_fill(empty, float("-inf"))
+    peak = scores.amax(1)  # [P, Hk, G]: finite, every pair has a filled slot
+    weights = torch.exp(scores - peak.unsqueeze(1))
+    total = weights.sum(1)
+    partial = (weights.unsqueeze(-1) * v.unsqueeze(3)).sum(1)  # [P, Hk, G, D]
+    # Merge: rescale each partial to the row's overall max; columns past a row's last
+    # block (index -1) weigh nothing.
+    valid = (plan.index >= 0)[:, :, None, None]  # [B, W, 1, 1]
+    idx = plan.index.clamp(min=0)
+    peaks = peak[idx].masked_fill(~valid, float("-inf"))  # [B, W, Hk, G]
+    scale_by = torch.exp(peaks - peaks.amax(1, keepdim=True))
+    out = (scale_by.unsqueeze(-1) * partial[idx]).sum(1) / (scale_by * total[idx]).sum(1).unsqueeze(-1)
     return out.reshape(batch, q_heads, dim).to(q.dtype)
 
 
-def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, block_tables,
-                 seq_lens, w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
+def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
+                 w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
                  scale: float):
     """One Llama decoder layer for decode rows; returns (hidden, residual)."""
     hidden, residual = rms_norm(hidden, w["input_norm"], eps, residual)
@@ -95,7 +142,7 @@ def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, blo
     q = rotary(q.reshape(tokens, heads, head_dim), cos, sin)
     k = rotary(k.reshape(tokens, kv_heads, head_dim), cos, sin)
     store_kv_op(k, v.reshape(tokens, kv_heads, head_dim), k_cache, v_cache, slot_mapping)
-    attn = paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    attn = paged_decode_attention(q, k_cache, v_cache, plan, scale)
     hidden = linear(attn.reshape(tokens, q_size), w["o_proj"])
     hidden, residual = rms_norm(hidden, w["post_norm"], eps, residual)
     act = silu_and_mul_torch(linear(hidden, w["gate_up_proj"]))
@@ -113,8 +160,15 @@ def _layer_weights(layer) -> dict:
 
 @functools.cache
 def compiled_layer():
-    """One compiled wrapper per process: every runner (and layer) shares its graphs."""
-    return torch.compile(decode_layer, fullgraph=True)
+    """One compiled wrapper per process: every runner (and layer) shares its graphs.
+
+    Fused kernels keep a bfloat16/float16 value in float32 from one op to the next unless
+    asked to round it where eager does (emulate_precision_casts). Asked, a half-precision
+    model computes what its eager path computes, but for the order of attention's sums; not
+    asked, every fused op drifts from it (greedy text parted from eager's at the first
+    token). In float32 the option changes nothing."""
+    return torch.compile(decode_layer, fullgraph=True,
+                         options={"emulate_precision_casts": True})
 
 
 def default_cache_dir() -> str:
@@ -143,6 +197,7 @@ class CompiledDecode:
         self.layer = compiled_layer()
         self.warm_up_s: float | None = None
         self.mark_dynamic = True  # until warm-up has compiled the one dynamic graph
+        self.model_block_size = kv_caches[0][0].shape[1]
 
     @staticmethod
     def accepts(meta: AttentionMetadata, lora) -> bool:
@@ -154,21 +209,22 @@ class CompiledDecode:
         if not meta.is_pure_decode:
             meta = _as_decode(meta)  # each draft row attends to its own causal prefix
         rows = input_ids.shape[0]
-        # Fresh copies made here (under inference mode, as every caller runs) so the guards
-        # see the same kind of tensor whether or not the caller built it in inference mode.
-        slots, tables, lens = (t.clone() for t in (meta.slot_mapping, meta.block_tables,
-                                                   meta.seq_lens))
+        slots = meta.slot_mapping
+        tables, lens = meta.block_tables, meta.seq_lens
         if rows == 1:
             # One graph serves every batch: a size-1 dimension would get its own
             # specialisation (and compile). The twin row writes the same K/V to the same slot.
             input_ids, positions, slots, tables, lens = (
                 torch.cat([t, t]) for t in (input_ids, positions, slots, tables, lens))
-        if tables.shape[1] == 1:  # likewise the width; the extra column is masked out
-            tables = torch.cat([tables, tables], dim=1)
+        else:
+            # A fresh copy made here (under inference mode, as every caller runs) so the
+            # guards see the same kind of tensor whether or not the caller built it so.
+            slots = slots.clone()
+        plan = BlockPlan.build(tables, lens, self.model_block_size)
         if self.mark_dynamic:
-            for t in (input_ids, positions, slots, tables, lens):
+            for t in (input_ids, positions, slots, *plan):
                 torch._dynamo.mark_dynamic(t, 0)
-            torch._dynamo.mark_dynamic(tables, 1)
+            torch._dynamo.mark_dynamic(plan.index, 1)
         model = self.model
         cos, sin = model.cos_sin_cache[positions].float().chunk(2, dim=-1)
         cos, sin = cos[:, None, :], sin[:, None, :]
@@ -180,7 +236,7 @@ class CompiledDecode:
                 torch._dynamo.mark_dynamic(t, 0)
         for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
             hidden, residual = self.layer(hidden, residual, cos, sin, k_cache, v_cache,
-                                          slots, tables, lens, w, **self.consts)
+                                          slots, plan, w, **self.consts)
         return rms_norm(hidden, model.norm, model.cfg.rms_eps, residual)[0][:rows]
 
     def warm_up(self) -> float:
@@ -190,14 +246,18 @@ class CompiledDecode:
         started = time.monotonic()
         device = self.model.embed_tokens.device
         with torch.inference_mode():
+            # Rows, block-table width and block count all differ (2/3/5, then 3/4/9): sizes
+            # equal at tracing would be given one symbol, and a guard that they stay equal.
+            block = self.model_block_size
             for rows in (2, 3):
+                lens = [(i + 1) * block + 1 for i in range(rows)]
                 meta = AttentionMetadata(
                     slot_mapping=torch.zeros(rows, dtype=torch.int64, device=device),
                     query_start_loc=torch.arange(rows + 1, dtype=torch.int32, device=device),
-                    seq_lens=torch.ones(rows, dtype=torch.int32, device=device),
-                    block_tables=torch.zeros(rows, rows, dtype=torch.int32, device=device),
-                    query_lens=[1] * rows, seq_lens_list=[1] * rows, max_query_len=1,
-                    max_seq_len=1)
+                    seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+                    block_tables=torch.zeros(rows, rows + 1, dtype=torch.int32, device=device),
+                    query_lens=[1] * rows, seq_lens_list=lens, max_query_len=1,
+                    max_seq_len=lens[-1])
                 ids = torch.zeros(rows, dtype=torch.int64, device=device)
                 self.forward(ids, torch.zeros_like(ids), meta)
                 self.mark_dynamic = False
