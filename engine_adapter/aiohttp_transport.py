@@ -14,6 +14,8 @@ from typing import AsyncIterator
 import aiohttp
 import httpx
 
+from engine_adapter.wire_client import WirePool
+
 DRAIN_AFTER_DONE_S = 0.05
 
 
@@ -64,6 +66,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self.keepalive_expiry = keepalive_expiry
         self.trace_configs = trace_configs   # aiohttp's connection/request event hooks
         self._session: aiohttp.ClientSession | None = None
+        # The adapters' hot path (chat, completions, embeddings) skips httpx and aiohttp both.
+        self.wire = WirePool(keepalive_expiry=keepalive_expiry)
 
     def session(self) -> aiohttp.ClientSession:
         """The pooled session, for callers that send on it directly (the adapters' hot path)."""
@@ -102,6 +106,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                               extensions={"http_version": b"HTTP/1.1"}, request=request)
 
     async def aclose(self) -> None:
+        await self.wire.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None

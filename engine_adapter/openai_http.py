@@ -12,15 +12,16 @@ import asyncio
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-import aiohttp
 import httpx
 import orjson
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from engine_adapter.aiohttp_transport import AiohttpTransport, ResponseStream
+from engine_adapter.aiohttp_transport import AiohttpTransport
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 from engine_adapter.metrics_parse import parse_load
+from engine_adapter.wire_client import (Target, WireConnectError, WireError, WirePool,
+                                        WireResponse)
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,13 @@ def create_http_client(max_connections: int = 2048, keepalive: int = 512,
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _wire_of(client: httpx.AsyncClient) -> AiohttpTransport | None:
-    """The aiohttp transport under `client`, if that is what carries its bytes: chat and
-    completions then go straight to its session, skipping httpx's request/response objects
-    (a fifth of the gateway's CPU per request). httpx event hooks are not run on that path;
-    the trace context they carried is written by the adapter itself."""
+def _wire_of(client: httpx.AsyncClient) -> WirePool | None:
+    """The wire pool of the aiohttp transport under `client`, if that is what carries its
+    bytes: chat, completions and embeddings then go straight to it (engine_adapter/wire_client),
+    skipping httpx's and aiohttp's request/response objects. httpx event hooks are not run on
+    that path; the trace context they carried is written by the adapter itself."""
     transport = getattr(client, "_transport", None)
-    return transport if isinstance(transport, AiohttpTransport) else None
+    return transport.wire if isinstance(transport, AiohttpTransport) else None
 
 
 def _server_root(base_url: str) -> str:
@@ -80,7 +81,7 @@ def _json_answer(raw: bytes) -> dict:
 class _SSEStream(EngineStream):
     """SSE events of one upstream response; the first events were read ahead by the adapter."""
 
-    def __init__(self, response: httpx.Response | ResponseStream, chunks: AsyncIterator[bytes],
+    def __init__(self, response: httpx.Response | WireResponse, chunks: AsyncIterator[bytes],
                  pending: list[bytes], buffer: bytes, deadline: float):
         self._response = response   # anything whose aclose() ends the upstream response
         self._chunks = chunks
@@ -129,7 +130,7 @@ class _SSEStream(EngineStream):
                 return rest + b"\n\n" if rest else None
             except TimeoutError:
                 raise EngineError("timeout", "upstream exceeded the total request timeout")
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, WireError) as exc:
                 raise EngineError("protocol", f"upstream stream broke: {exc!r}") from exc
             if b"\r" in chunk:
                 chunk = chunk.replace(b"\r\n", b"\n")
@@ -154,7 +155,8 @@ class OpenAIHTTPAdapter(EngineAdapter):
         self._wire = _wire_of(self._client)
         # The direct path reads raw bytes (the session does not decompress): ask for them.
         self._wire_headers = {**self._headers, "accept-encoding": "identity"}
-        self._wire_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect)
+        self._target = Target.of(self.base_url)
+        self._heads: dict[str, bytes] = {}
 
     async def chat(self, body: dict) -> dict | EngineStream:
         return await self._call("/chat/completions", body)
@@ -171,11 +173,11 @@ class OpenAIHTTPAdapter(EngineAdapter):
         deadline = loop.time() + self.timeouts.total
         stream = body.get("stream")
         if self._wire is not None:
-            url, payload = self.base_url + path, orjson.dumps(body)
+            payload = orjson.dumps(body)
             if stream:
                 first_deadline = min(deadline, loop.time() + self.timeouts.first_token)
-                return await self._wire_stream(url, payload, first_deadline, deadline)
-            return await self._wire_complete(url, payload, deadline)
+                return await self._wire_stream(path, payload, first_deadline, deadline)
+            return await self._wire_complete(path, payload, deadline)
         request = self._client.build_request("POST", self.base_url + path,
                                              content=orjson.dumps(body), headers=self._headers)
         if stream:
@@ -183,36 +185,40 @@ class OpenAIHTTPAdapter(EngineAdapter):
             return await self._open_stream(request, first_deadline, deadline)
         return await self._complete(request, deadline)
 
-    def _wire_headers_now(self) -> dict[str, str]:
-        """Request headers, with the current trace context when there is one to carry."""
+    def _wire_head(self, path: str) -> bytes:
+        """The request line and headers up to `content-length: `, with the current trace
+        context when there is one to carry."""
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = (
+                f"POST {self._target.prefix}{path} HTTP/1.1\r\nhost: {self._target.authority}"
+                f"\r\n" + "".join(f"{k}: {v}\r\n" for k, v in self._wire_headers.items())
+                + "content-length: ").encode("latin-1")
         if not trace.get_current_span().get_span_context().is_valid:
-            return self._wire_headers
-        headers = dict(self._wire_headers)
-        _PROPAGATOR.inject(headers)
-        return headers
+            return head
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in carrier.items()).encode("latin-1")
+        return head[:-len(b"content-length: ")] + extra + b"content-length: "
 
-    async def _wire_send(self, url: str, payload: bytes, deadline: float,
-                         timeout_kind: str) -> aiohttp.ClientResponse:
-        """POST on the aiohttp session; EngineError (as `_send` classifies) on failure."""
-        session = self._wire.session()
+    async def _wire_send(self, path: str, payload: bytes, deadline: float,
+                         timeout_kind: str) -> WireResponse:
+        """POST on the wire pool; EngineError (as `_send` classifies) on failure."""
         try:
             async with asyncio.timeout_at(deadline):
-                response = await session.post(url, data=payload, headers=self._wire_headers_now(),
-                                              allow_redirects=False, timeout=self._wire_timeout,
-                                              compress=None)
-        except aiohttp.ServerTimeoutError as exc:   # sock_connect: the engine is unreachable
-            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+                response = await self._wire.request(self._target, self._wire_head(path),
+                                                    payload, self.timeouts.connect)
         except TimeoutError:
             raise EngineError(timeout_kind, "upstream did not answer in time")
-        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+        except WireConnectError as exc:
             raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
-        except aiohttp.ClientError as exc:
+        except WireError as exc:
             raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
         if response.status >= 400:
             try:
                 async with asyncio.timeout_at(deadline):
                     raw = await response.read()
-            except (TimeoutError, aiohttp.ClientError):
+            except (TimeoutError, WireError):
                 raw = b""
             finally:
                 response.release()
@@ -221,24 +227,23 @@ class OpenAIHTTPAdapter(EngineAdapter):
                               status=response.status, body=_error_body(raw))
         return response
 
-    async def _wire_complete(self, url: str, payload: bytes, deadline: float) -> dict:
-        response = await self._wire_send(url, payload, deadline, "timeout")
+    async def _wire_complete(self, path: str, payload: bytes, deadline: float) -> dict:
+        response = await self._wire_send(path, payload, deadline, "timeout")
         try:
             async with asyncio.timeout_at(deadline):
                 raw = await response.read()
         except TimeoutError:
             raise EngineError("timeout", "upstream exceeded the total request timeout")
-        except aiohttp.ClientError as exc:
+        except WireError as exc:
             raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
         finally:
             response.release()
         return _json_answer(raw)
 
-    async def _wire_stream(self, url: str, payload: bytes, first_deadline: float,
+    async def _wire_stream(self, path: str, payload: bytes, first_deadline: float,
                            deadline: float) -> EngineStream:
-        response = await self._wire_send(url, payload, first_deadline, "first_token_timeout")
-        body = ResponseStream(response, None)
-        return await self._read_ahead(body, body.__aiter__(), first_deadline, deadline)
+        response = await self._wire_send(path, payload, first_deadline, "first_token_timeout")
+        return await self._read_ahead(response, response, first_deadline, deadline)
 
     async def _send(self, request: httpx.Request, deadline: float,
                     timeout_kind: str) -> httpx.Response:
