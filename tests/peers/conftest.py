@@ -6,7 +6,8 @@ so only the first run on a machine pays for it. vLLM takes 90-200 s to start (to
 warm-up): it starts once per session, and test_vllm_resume.py, which kills it, sorts last.
 
 Tests marked `llamacpp` need llama-server, whose build takes ~8 minutes of both cores (far more
-on a busy host): they run under `make test-peers` (INFERPLANE_TEST_LLAMACPP=1), not `make test`.
+on a busy host): `make test` runs them when the build is cached, `make test-peers`
+(INFERPLANE_TEST_LLAMACPP=1) builds it first when it is not.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def pytest_configure(config):
 
 
 def _llamacpp_wanted() -> bool:
-    return bool(os.environ.get("INFERPLANE_TEST_LLAMACPP"))
+    # a cached build costs the tests seconds; only building it (~8 min of both cores) is opt-in
+    return bool(os.environ.get("INFERPLANE_TEST_LLAMACPP")) or (
+        real.peers_dir() / "llama.cpp" / "llama-server").exists()
 
 
 def pytest_collection_modifyitems(config, items):
