@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 import httpx
 import orjson
@@ -58,6 +58,17 @@ def _wire_of(client: httpx.AsyncClient) -> WirePool | None:
     return transport.wire if isinstance(transport, AiohttpTransport) else None
 
 
+def _reader(chunks: AsyncIterator[bytes]) -> Callable[[float], Awaitable[bytes | None]]:
+    """`read(deadline)` over an httpx body iterator (see _SSEStream)."""
+    async def read(deadline: float) -> bytes | None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+    return read
+
+
 def _server_root(base_url: str) -> str:
     base = base_url.rstrip("/")
     return base[:-3] if base.endswith("/v1") else base
@@ -79,12 +90,14 @@ def _json_answer(raw: bytes) -> dict:
 
 
 class _SSEStream(EngineStream):
-    """SSE events of one upstream response; the first events were read ahead by the adapter."""
+    """SSE events of one upstream response; the first events were read ahead by the adapter.
+    `read(deadline)`: the next body bytes, None at the end, TimeoutError past `deadline`."""
 
-    def __init__(self, response: httpx.Response | WireResponse, chunks: AsyncIterator[bytes],
+    def __init__(self, response: httpx.Response | WireResponse,
+                 read: Callable[[float], Awaitable[bytes | None]],
                  pending: list[bytes], buffer: bytes, deadline: float):
         self._response = response   # anything whose aclose() ends the upstream response
-        self._chunks = chunks
+        self._read = read
         self._pending = pending
         self._buffer = buffer
         self._deadline = deadline
@@ -123,15 +136,14 @@ class _SSEStream(EngineStream):
                 event, self._buffer = self._buffer[:cut + 2], self._buffer[cut + 2:]
                 return event
             try:
-                async with asyncio.timeout_at(self._deadline):
-                    chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                rest, self._buffer = self._buffer.strip(), b""
-                return rest + b"\n\n" if rest else None
+                chunk = await self._read(self._deadline)
             except TimeoutError:
                 raise EngineError("timeout", "upstream exceeded the total request timeout")
             except (httpx.HTTPError, WireError) as exc:
                 raise EngineError("protocol", f"upstream stream broke: {exc!r}") from exc
+            if chunk is None:
+                rest, self._buffer = self._buffer.strip(), b""
+                return rest + b"\n\n" if rest else None
             if b"\r" in chunk:
                 chunk = chunk.replace(b"\r\n", b"\n")
             self._buffer += chunk
@@ -205,9 +217,8 @@ class OpenAIHTTPAdapter(EngineAdapter):
                          timeout_kind: str) -> WireResponse:
         """POST on the wire pool; EngineError (as `_send` classifies) on failure."""
         try:
-            async with asyncio.timeout_at(deadline):
-                response = await self._wire.request(self._target, self._wire_head(path),
-                                                    payload, self.timeouts.connect)
+            response = await self._wire.request(self._target, self._wire_head(path), payload,
+                                                self.timeouts.connect, deadline)
         except TimeoutError:
             raise EngineError(timeout_kind, "upstream did not answer in time")
         except WireConnectError as exc:
@@ -216,8 +227,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
             raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
         if response.status >= 400:
             try:
-                async with asyncio.timeout_at(deadline):
-                    raw = await response.read()
+                raw = await response.read()
             except (TimeoutError, WireError):
                 raw = b""
             finally:
@@ -230,8 +240,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
     async def _wire_complete(self, path: str, payload: bytes, deadline: float) -> dict:
         response = await self._wire_send(path, payload, deadline, "timeout")
         try:
-            async with asyncio.timeout_at(deadline):
-                raw = await response.read()
+            raw = await response.read()
         except TimeoutError:
             raise EngineError("timeout", "upstream exceeded the total request timeout")
         except WireError as exc:
@@ -243,7 +252,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
     async def _wire_stream(self, path: str, payload: bytes, first_deadline: float,
                            deadline: float) -> EngineStream:
         response = await self._wire_send(path, payload, first_deadline, "first_token_timeout")
-        return await self._read_ahead(response, response, first_deadline, deadline)
+        return await self._read_ahead(response, response.next_chunk, first_deadline, deadline)
 
     async def _send(self, request: httpx.Request, deadline: float,
                     timeout_kind: str) -> httpx.Response:
@@ -279,12 +288,12 @@ class OpenAIHTTPAdapter(EngineAdapter):
         # Without a content-encoding the raw bytes are the content: skip httpx's decoding layers.
         chunks = response.aiter_bytes() if "content-encoding" in response.headers \
             else response.aiter_raw()
-        return await self._read_ahead(response, chunks, first_deadline, deadline)
+        return await self._read_ahead(response, _reader(chunks), first_deadline, deadline)
 
-    async def _read_ahead(self, response, chunks: AsyncIterator[bytes], first_deadline: float,
+    async def _read_ahead(self, response, read, first_deadline: float,
                           deadline: float) -> EngineStream:
         """The stream, once its first data event is in: until then the call may be retried."""
-        stream = _SSEStream(response, chunks, [], b"", first_deadline)
+        stream = _SSEStream(response, read, [], b"", first_deadline)
         pending: list[bytes] = []
         try:
             # Read ahead to the first data event: until then the request may be retried.
@@ -303,7 +312,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
         except BaseException:
             await response.aclose()
             raise
-        return _SSEStream(response, stream._chunks, pending, stream._buffer, deadline)
+        return _SSEStream(response, read, pending, stream._buffer, deadline)
 
     async def _complete(self, request: httpx.Request, deadline: float) -> dict:
         response = await self._send(request, deadline, "timeout")

@@ -2,9 +2,10 @@
 with httptools' response parser, nothing else on the way.
 
     pool = WirePool()
-    response = await pool.request(Target.of("http://127.0.0.1:8000/v1"), head, body)
+    response = await pool.request(Target.of("http://127.0.0.1:8000/v1"), head, body,
+                                  connect_timeout=5.0, deadline=loop.time() + 600)
     raw = await response.read()                 # a whole body (content-length or chunked)
-    async for chunk in response: ...            # or its chunks as they arrive
+    while (chunk := await response.next_chunk()) is not None: ...   # or as they arrive
     await response.aclose()                     # back to the pool when read to the end
 
 `head` is the request line and headers up to `content-length: ` (the adapter builds it once
@@ -87,6 +88,7 @@ class _Conn(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -143,15 +145,20 @@ class _Conn(asyncio.Protocol):
             self.error = error
         self._wake()
 
-    async def wait(self) -> None:
-        """Until the parser has more (headers, body, end) or the connection fails."""
+    async def wait(self, deadline: float | None = None) -> None:
+        """Until the parser has more (headers, body, end) or the connection fails; TimeoutError
+        at `deadline` (loop time). A timer rather than asyncio.timeout: no task bookkeeping."""
         if self.error is not None:
             raise self.error
-        self.waiter = asyncio.get_running_loop().create_future()
+        waiter = self.waiter = self.loop.create_future()
+        timer = None if deadline is None else self.loop.call_at(deadline, _expire, waiter)
         try:
-            await self.waiter
+            await waiter
         finally:
-            self.waiter = None
+            if self.waiter is waiter:   # (a waiter that lost its connection leaves it alone)
+                self.waiter = None
+            if timer is not None:
+                timer.cancel()
         if self.error is not None and not self.body:
             raise self.error
 
@@ -173,38 +180,53 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
-class WireResponse:
-    """An answer's status and body; iterate it for chunks, or `read()` it whole."""
-    __slots__ = ("status", "_conn", "_tail", "_closed")
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
-    def __init__(self, conn: _Conn):
+
+class WireResponse:
+    """An answer's status and body: `next_chunk()` as they arrive, or `read()` it whole;
+    TimeoutError past `deadline` (loop time, None: no limit)."""
+    __slots__ = ("status", "deadline", "_conn", "_tail", "_closed", "_draining")
+
+    def __init__(self, conn: _Conn, deadline: float | None):
         self.status = conn.status
+        self.deadline = deadline
         self._conn = conn
         self._tail = b""
         self._closed = False
+        self._draining = False
 
     def __aiter__(self) -> "WireResponse":
         return self
 
     async def __anext__(self) -> bytes:
+        chunk = await self.next_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def next_chunk(self, deadline: float | None = None) -> bytes | None:
+        """The body bytes received so far (waiting for some), None at its end."""
         conn = self._conn
         while True:
             if self._closed:
-                raise StopAsyncIteration
+                return None
             if conn.body:
                 data = conn.take()
                 self._tail = data[-16:]
                 return data
             if conn.done:
-                raise StopAsyncIteration
-            await conn.wait()
+                return None
+            await conn.wait(deadline or self.deadline)
 
     async def read(self) -> bytes:
         """The whole body; the connection goes back to the pool."""
         conn = self._conn
         try:
             while not conn.done:
-                await conn.wait()
+                await conn.wait(self.deadline)
             return conn.take()
         finally:
             self.release()
@@ -223,16 +245,22 @@ class WireResponse:
     async def aclose(self) -> None:
         # An SSE stream closed right after `data: [DONE]` has only its chunked terminator
         # left in flight: wait a moment for it rather than paying a new connection later.
+        # Only the first of concurrent closes waits (the relay's and its generator's own):
+        # once released, the connection may already carry another request.
         conn = self._conn
-        if not self._closed and not conn.done and b"[DONE]" in self._tail:
-            try:
-                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
-                    while not conn.done:
-                        await conn.wait()
-                        conn.take()
-            except (TimeoutError, WireError):
-                pass
-        self.release()
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            if not self._closed and not conn.done and b"[DONE]" in self._tail:
+                end = conn.loop.time() + DRAIN_AFTER_DONE_S
+                while not conn.done and not self._closed:
+                    await conn.wait(end)
+                    conn.take()
+        except (TimeoutError, WireError):
+            pass
+        finally:   # cancelled while draining included: closed, never left half-read
+            self.release()
 
 
 class WirePool:
@@ -247,27 +275,32 @@ class WirePool:
         self._tls: ssl.SSLContext | None = None
 
     async def request(self, target: Target, head: bytes, body: bytes,
-                      connect_timeout: float = 5.0) -> WireResponse:
-        """Send `head` + content-length + `body`; the response once its headers are in."""
+                      connect_timeout: float = 5.0,
+                      deadline: float | None = None) -> WireResponse:
+        """Send `head` + content-length + `body`; the response once its headers are in.
+        `deadline` (loop time) bounds the whole exchange, the response's reads included:
+        TimeoutError past it."""
         message = b"%s%d\r\n\r\n%s" % (head, len(body), body)
         conn = self._take(target)
         if conn is not None:
             try:
-                return await self._exchange(conn, message)
+                return await self._exchange(conn, message, deadline)
             except WireConnectError:
                 pass    # the engine closed the idle connection as we sent: once more, fresh
-        return await self._exchange(await self._connect(target, connect_timeout), message)
+        conn = await self._connect(target, connect_timeout, deadline)
+        return await self._exchange(conn, message, deadline)
 
-    async def _exchange(self, conn: _Conn, message: bytes) -> WireResponse:
+    async def _exchange(self, conn: _Conn, message: bytes,
+                        deadline: float | None) -> WireResponse:
         conn.reset()
         conn.transport.write(message)
         try:
             while not conn.started:
-                await conn.wait()
+                await conn.wait(deadline)
         except BaseException:   # failed, timed out or cancelled: the engine must see us go
             conn.close()
             raise
-        return WireResponse(conn)
+        return WireResponse(conn, deadline)
 
     def _take(self, target: Target) -> _Conn | None:
         idle = self._idle.get(target)
@@ -282,18 +315,19 @@ class WirePool:
             return conn
         return None
 
-    async def _connect(self, target: Target, timeout: float) -> _Conn:
+    async def _connect(self, target: Target, timeout: float, deadline: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
         tls = None
         if target.tls:
             tls = self._tls = self._tls or ssl.create_default_context()
+        limit = loop.time() + timeout
         try:
-            async with asyncio.timeout(timeout) as limit:
+            async with asyncio.timeout_at(limit if deadline is None else min(limit, deadline)):
                 _, conn = await loop.create_connection(
                     lambda: _Conn(self, target), target.host, target.port, ssl=tls,
                     server_hostname=target.host if tls else None)
         except TimeoutError:
-            if limit.expired():   # our connect limit, not the caller's deadline
+            if deadline is None or limit <= deadline:   # the connect limit, not the deadline
                 raise WireConnectError(f"connect to {target.authority} timed out") from None
             raise
         except OSError as exc:

@@ -178,3 +178,42 @@ async def test_large_body_pauses_reading_and_arrives_whole():
             received.append(chunk)
             await asyncio.sleep(0)
         assert b"".join(received) == body
+
+
+async def test_deadline_bounds_headers_and_body_and_closes_connection():
+    slow_head = Server(lambda body: [5.0, fixed(b"late")])
+    async with slow_head as target:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await WirePool().request(target, HEAD, b"", deadline=loop.time() + 0.1)
+        for _ in range(100):
+            if slow_head.eofs:
+                break
+            await asyncio.sleep(0.01)
+    assert slow_head.eofs == 1
+    part = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n"
+    async with Server(lambda body: [part, 5.0]) as target:
+        response = await WirePool().request(target, HEAD, b"", deadline=loop.time() + 0.2)
+        assert await response.next_chunk() == b"abc"
+        with pytest.raises(TimeoutError):
+            await response.next_chunk()
+        await response.aclose()
+
+
+async def test_concurrent_closes_after_done_leave_the_reused_connection_alone():
+    # The relay and its stream's generator both close a stream that stopped at [DONE]: the
+    # connection goes back to the pool once, and the next request on it is not disturbed.
+    event = b"data: [DONE]\n\n"
+    head = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n" % (len(event), event))
+    answers = iter([[head, 0.02, b"0\r\n\r\n"], [0.08, fixed(b"ok")]])
+    pool = WirePool()
+    async with Server(lambda body: next(answers)) as target:
+        response = await pool.request(target, HEAD, b"")
+        assert await response.next_chunk() == event
+        closes = [asyncio.create_task(response.aclose()) for _ in range(2)]
+        await asyncio.sleep(0.035)   # the terminator is in: the connection is back in the pool
+        second = await asyncio.wait_for(pool.request(target, HEAD, b""), 1)
+        assert await asyncio.wait_for(second.read(), 1) == b"ok"
+        await asyncio.gather(*closes)
+    assert pool.opened == 1
