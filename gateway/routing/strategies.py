@@ -98,8 +98,9 @@ class PrefixAware:
     so a hot prefix spreads once its backend is busy.
 
     Precise when the prompt's token ids are known and some candidate reports its resident KV
-    blocks: the score is the number of leading blocks the engine really holds. Otherwise the
-    gateway's own approximate index of prompt text it routed."""
+    blocks: the score is the number of leading tokens the engine really holds, ties broken by
+    the approximate index. Otherwise the gateway's own approximate index of prompt text it
+    routed."""
 
     kind = RoutingStrategy.PREFIX_AWARE
 
@@ -143,8 +144,14 @@ class PrefixAware:
             size, block_hashes_ = hashes(backend)
             return self.resident.match(backend.id, block_hashes_) * size
 
+        # Ties (most often: no engine holds the prefix any more, evicted everywhere) go to where
+        # the gateway sent this prompt before, then to the least loaded: choosing by load alone
+        # would scatter a tenant over every engine and each cache would hold it once more.
+        text_hashes = block_hashes(ctx.prompt_text, self.block_chars)
         best = max(self._eligible(candidates),
-                   key=lambda b: (matched_tokens(b), -self.book.load(b.id)))
+                   key=lambda b: (matched_tokens(b), self.index.match(b.id, text_hashes),
+                                  -self.book.load(b.id)))
+        self.index.insert(best.id, text_hashes)
         ctx.block_tokens, ctx.hashes = hashes(best)
         ctx.prefix_blocks = len(ctx.hashes)
         ctx.prefix_matched = self.resident.match(best.id, ctx.hashes)

@@ -123,3 +123,30 @@ def test_engines_without_the_endpoints_fall_back_to_approximate(engines, make_ga
             assert r.status_code == 200
             picks.add(r.json()["backend"])
     assert len(picks) == 1     # the approximate index still keeps the shared prefix together
+
+
+def test_evicted_prefix_returns_to_where_it_was_sent():
+    """Once a prefix is evicted everywhere, resident blocks tie at zero: the prompt goes back to
+    the engine the gateway sent it to before, not to whichever is least loaded right now."""
+    from types import SimpleNamespace
+
+    from gateway.routing.load_book import LoadBook
+    from gateway.routing.prefix_index import PrefixIndex
+    from gateway.routing.strategies import PrefixAware, RouteContext
+
+    book, resident = LoadBook(), ResidentBlocks()
+    for b in ("a", "b"):
+        resident.attach(b, 16)
+    router = PrefixAware(book, PrefixIndex(10_000), block_chars=64, slack=2, resident=resident)
+    backends = [SimpleNamespace(id="a", weight=1.0), SimpleNamespace(id="b", weight=1.0)]
+    prompt, ids = "tenant seven's system prompt " * 20, list(range(5000, 5200))
+
+    def route():
+        return router.pick(backends, RouteContext(model="m", prompt_text=prompt, token_ids=ids)).id
+
+    first = route()
+    other = "b" if first == "a" else "a"
+    resident.discard(first, token_block_hashes(ids, 16))   # evicted from the engine's cache
+    book.acquire(first)                                    # and it is now the busier one
+    assert resident.match(first, token_block_hashes(ids, 16)) == 0
+    assert route() == first, f"sent to {other}: the tenant would be cached twice"
