@@ -24,6 +24,14 @@ Where the request path calls it (gateway/proxy.py, `proxy_request`):
    the gateway's cold-start budget setting for `budget_s` (e.g. 60 s; the queue timeout should
    not start counting until this returns).
 `ensure_backend` never raises for an unstartable model: it logs why and returns False.
+
+A request for "<model>:<adapter>" that no ready backend holds (the model running) calls
+`url = await state.cold_starter.load_adapter(model_view.name, adapter, budget_s)`: the control
+plane's AdapterManager loads it (a free slot, else in place of the least recently used adapter
+past its minimum residency) and the URL of that engine comes back, so the request goes there
+before the snapshot shows the adapter. None: not done within the budget. The control plane's
+refusals of the load itself (ADAPTER_REFUSALS: every slot too young, with its Retry-After; the
+engine failing the load) are raised as InferplaneErrors for the client.
 """
 from __future__ import annotations
 
@@ -34,11 +42,14 @@ from collections import Counter
 from typing import Protocol
 
 import httpx
+
+from gateway.errors import InferplaneError
 from registry.vocabulary import BackendState
 
 log = logging.getLogger("inferplane.coldstart")
 
 POLL_S = 0.05
+ADAPTER_REFUSALS = frozenset({"adapter_slots_busy", "adapter_load_failed", "adapter_not_found"})
 
 
 class ColdStarter(Protocol):
@@ -47,24 +58,49 @@ class ColdStarter(Protocol):
     async def ensure_backend(self, model_name: str, budget_s: float,
                              adapter: str | None = None) -> bool: ...
 
+    async def load_adapter(self, model_name: str, adapter: str,
+                           budget_s: float) -> str | None: ...
 
-def has_ready_backend(snapshot, model_name: str, adapter: str | None = None) -> bool:
+
+def ready_url(snapshot, model_name: str, adapter: str | None = None,
+              url: str | None = None) -> str | None:
+    """The URL of a ready backend of the model (holding `adapter`, at `url`), else None."""
     model = snapshot.models.get(model_name)
     if model is None:
-        return False
-    return any(b.state == BackendState.READY and (adapter is None or adapter in b.adapters)
-               for b in model.backends)
+        return None
+    return next((b.url for b in model.backends if b.state == BackendState.READY
+                 and (adapter is None or adapter in b.adapters) and url in (None, b.url)), None)
+
+
+def has_ready_backend(snapshot, model_name: str, adapter: str | None = None) -> bool:
+    return ready_url(snapshot, model_name, adapter) is not None
+
+
+async def wait_for_backend(snapshot_source, model_name: str, adapter: str | None,
+                           deadline: float, url: str | None = None) -> str | None:
+    """Until the snapshot shows a ready backend (holding `adapter`, at `url`): its URL, or None
+    at the deadline."""
+    while True:
+        found = ready_url(snapshot_source.current, model_name, adapter, url)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
 async def wait_for_snapshot(snapshot_source, model_name: str, adapter: str | None,
                             deadline: float) -> bool:
     """Until the snapshot shows a ready backend (holding `adapter`), or the deadline."""
-    while True:
-        if has_ready_backend(snapshot_source.current, model_name, adapter):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+    return await wait_for_backend(snapshot_source, model_name, adapter, deadline) is not None
+
+
+async def _engine_listed(snapshot_source, model_name: str, url: str | None,
+                         adapter: str, deadline: float) -> str | None:
+    """The loaded engine's URL once the snapshot lists it ready (at once for a running engine:
+    its adapters may show later, the request need not wait for that). Without a URL (the load
+    still running), the first ready engine the snapshot shows holding the adapter."""
+    if url is None:
+        return await wait_for_backend(snapshot_source, model_name, adapter, deadline)
+    return await wait_for_backend(snapshot_source, model_name, None, deadline, url=url)
 
 
 class InProcessColdStarter:
@@ -91,6 +127,22 @@ class InProcessColdStarter:
             return False
         return await wait_for_snapshot(self.snapshots, model_name, adapter, deadline)
 
+    async def load_adapter(self, model_name: str, adapter: str, budget_s: float) -> str | None:
+        deadline = time.monotonic() + budget_s
+        try:  # a slot wait longer than the budget is refused at once (adapter_slots_busy)
+            url = await asyncio.wait_for(self.tiers.wake(model_name, adapter, wait_s=budget_s),
+                                         budget_s)
+        except asyncio.TimeoutError:
+            log.info("adapter %s of %s not loaded within the %.0fs budget", adapter, model_name,
+                     budget_s)
+            return None
+        except InferplaneError as exc:
+            if exc.code in ADAPTER_REFUSALS:
+                raise
+            log.warning("cannot load adapter %s of %s: %s", adapter, model_name, exc)
+            return None
+        return await _engine_listed(self.snapshots, model_name, url, adapter, deadline)
+
 
 class HttpColdStarter:
     def __init__(self, control_plane_url: str, api_key: str, snapshot_source,
@@ -109,6 +161,25 @@ class HttpColdStarter:
         deadline = time.monotonic() + budget_s
         if has_ready_backend(self.snapshots.current, model_name, adapter):
             return True
+        response = await self._wake(model_name, adapter, budget_s)
+        if response is None or response.status_code not in (200, 202):
+            return False
+        return await wait_for_snapshot(self.snapshots, model_name, adapter, deadline)
+
+    async def load_adapter(self, model_name: str, adapter: str, budget_s: float) -> str | None:
+        deadline = time.monotonic() + budget_s
+        response = await self._wake(model_name, adapter, budget_s)
+        if response is None:
+            return None
+        if response.status_code not in (200, 202):
+            raise_refusal(response)
+            return None
+        url = response.json().get("url") if response.status_code == 200 else None
+        return await _engine_listed(self.snapshots, model_name, url, adapter, deadline)
+
+    async def _wake(self, model_name: str, adapter: str | None,
+                    budget_s: float) -> httpx.Response | None:
+        """POST the wake; None (logged) when the control plane cannot be reached."""
         body = {"wait_s": max(0.0, min(budget_s, 60.0))}
         if adapter is not None:
             body["adapter"] = adapter
@@ -118,12 +189,11 @@ class HttpColdStarter:
                                                 timeout=body["wait_s"] + 10.0)
         except httpx.HTTPError as exc:
             log.warning("wake of %s failed: control plane unreachable: %s", model_name, exc)
-            return False
+            return None
         if response.status_code not in (200, 202):
             log.warning("wake of %s refused (%d): %s", model_name, response.status_code,
                         response.text[:300])
-            return False
-        return await wait_for_snapshot(self.snapshots, model_name, adapter, deadline)
+        return response
 
     async def flush(self) -> None:
         """Send the request counts gathered since the last flush (lost ones are re-counted
@@ -148,5 +218,19 @@ class HttpColdStarter:
         await self._client.aclose()
 
 
-__all__ = ["ColdStarter", "HttpColdStarter", "InProcessColdStarter", "has_ready_backend",
-           "wait_for_snapshot"]
+def raise_refusal(response: httpx.Response) -> None:
+    """The control plane's refusal of an adapter load, raised again for the client (with its
+    Retry-After); any other refusal returns (the caller answers it as not started)."""
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        return
+    if isinstance(error, dict) and error.get("code") in ADAPTER_REFUSALS:
+        retry = response.headers.get("retry-after")
+        raise InferplaneError(str(error.get("message") or "adapter load refused"),
+                              status=response.status_code, code=error["code"],
+                              headers={"retry-after": retry} if retry else None)
+
+
+__all__ = ["ADAPTER_REFUSALS", "ColdStarter", "HttpColdStarter", "InProcessColdStarter",
+           "has_ready_backend", "ready_url", "wait_for_backend", "wait_for_snapshot"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -34,7 +34,7 @@ from gateway.routing.precise import tokenize_for_routing
 from gateway.shadow import start_shadows
 from gateway.state import GatewayServices
 from gateway.tracing import child_span
-from registry.vocabulary import Priority, Tier
+from registry.vocabulary import BackendState, Priority, Tier
 
 log = logging.getLogger("inferplane.gateway")
 PRIORITIES = frozenset(Priority)
@@ -157,6 +157,11 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
     """The model view with a routable backend; a cold model (or an adapter nobody holds) is
     started through the control plane and the request held within the cold-start budget."""
     principal = call.scope.principal
+    adapter = call.adapter
+    if adapter is not None and services.cold_starter is not None and not any(
+            adapter in b.adapters and b.state == BackendState.READY
+            for b in model_view.backends_for(version)):
+        return await _load_adapter(services, call, model_view, version)
     if has_candidates(services, services.snapshot, model_view, version, principal):
         return model_view
     starter = services.cold_starter
@@ -169,12 +174,46 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
                 model_view = snapshot.models.get(model_view.name, model_view)
                 if has_candidates(services, snapshot, model_view, version, principal):
                     return model_view
-        services.metrics.rejections.labels(requested, "cold_start_timeout").inc()
-        raise OpenAIError(503, f"model '{requested}' did not start within {budget:.0f}s",
-                          code="cold_start_timeout", headers={"Retry-After": "5"})
+        raise _cold_start_timeout(services, requested, budget)
     services.metrics.rejections.labels(requested, "no_backend").inc()
     raise OpenAIError(503, f"no ready backend for model '{requested}'",
                       code="no_ready_backend")
+
+
+async def _load_adapter(services: GatewayServices, call: Call, model_view, version):
+    """A LoRA adapter no backend holds: the control plane loads it (a free slot, else in place
+    of the least recently used adapter past its minimum residency; every slot too young is a
+    503 adapter_slots_busy with Retry-After), and the request goes to the engine that loaded
+    it, before the snapshot lists the adapter there."""
+    requested, budget = call.parsed.model, services.settings.admission.cold_start_budget_s
+    try:
+        with child_span("gateway.adapter_load"):
+            url = await services.cold_starter.load_adapter(model_view.name, call.adapter, budget)
+    except InferplaneError as exc:
+        services.metrics.rejections.labels(requested, exc.code or "adapter_load").inc()
+        raise
+    if url is not None:
+        model_view = _held_at(services.snapshot.models.get(model_view.name, model_view), url,
+                              call.adapter)
+        if has_candidates(services, services.snapshot, model_view, version,
+                          call.scope.principal):
+            return model_view
+    raise _cold_start_timeout(services, requested, budget)
+
+
+def _held_at(model_view, url: str, adapter: str):
+    """The view whose backends are those holding `adapter`, the one at `url` among them: any
+    other would answer 404 (the snapshot may not list the new load yet)."""
+    holders = tuple(b if b.url != url or adapter in b.adapters else
+                    replace(b, adapters=(*b.adapters, adapter))
+                    for b in model_view.backends if b.url == url or adapter in b.adapters)
+    return replace(model_view, backends=holders)
+
+
+def _cold_start_timeout(services: GatewayServices, requested: str, budget: float) -> OpenAIError:
+    services.metrics.rejections.labels(requested, "cold_start_timeout").inc()
+    return OpenAIError(503, f"model '{requested}' did not start within {budget:.0f}s",
+                       code="cold_start_timeout", headers={"Retry-After": "5"})
 
 
 async def _admit(services: GatewayServices, scope: RequestScope, model_view, cost: int) -> None:

@@ -51,7 +51,9 @@ def build_tiers_router(tiers: TierManager) -> APIRouter:
     async def wake(name: Annotated[str, Path(min_length=1, max_length=200)], body: WakeBody | None = None, _: Principal = Depends(operator)):
         body = body or WakeBody()
         # The start outlives this call: a client that stops waiting must not cancel it.
-        task = asyncio.ensure_future(tiers.wake(name, body.adapter))
+        # A caller waiting wait_s waits no longer for a LoRA slot: every slot too young is
+        # answered (adapter_slots_busy, Retry-After), not left to a 202 that cannot end well.
+        task = asyncio.ensure_future(tiers.wake(name, body.adapter, wait_s=body.wait_s or None))
         task.add_done_callback(_retrieve)
         # A short floor so errors found at once (unknown model, no engine budget) answer here.
         done, _pending = await asyncio.wait({task}, timeout=max(body.wait_s, QUICK_ERROR_S))

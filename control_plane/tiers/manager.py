@@ -30,7 +30,7 @@ from engine_adapter import create_adapter
 from registry.vocabulary import BackendState, Tier
 
 from . import store
-from .adapters import AdapterManager
+from .adapters import AdapterManager, NoEngineForAdapter
 from .config import EngineTemplate, TierConfig
 from .policy import RateTracker, decide_tier
 from .store import TierError
@@ -107,14 +107,19 @@ class TierManager:
                 return existing[0].spec.url
         return await asyncio.shield(await self._launch(model))
 
-    async def wake(self, model: str, adapter: str | None = None) -> str:
-        """ensure_started, then (for a LoRA request) the adapter loaded on a ready engine."""
+    async def wake(self, model: str, adapter: str | None = None,
+                   wait_s: float | None = None) -> str:
+        """ensure_started, then (for a LoRA request) the adapter loaded on a ready engine,
+        waiting up to `wait_s` (default: the minimum residency) for a slot to free."""
         self.note_request(model, 0)
-        url = await self.ensure_started(model)
-        if adapter is not None:
-            url = await self.adapters.ensure_loaded(model, adapter,
-                                                    wait_s=self.config.min_residency_s)
-        return url
+        if adapter is None:
+            return await self.ensure_started(model)
+        wait = self.config.min_residency_s if wait_s is None else wait_s
+        try:  # a ready engine, supervised or registered from outside, needs no start
+            return await self.adapters.ensure_loaded(model, adapter, wait_s=wait)
+        except NoEngineForAdapter:
+            await self.ensure_started(model)
+        return await self.adapters.ensure_loaded(model, adapter, wait_s=wait)
 
     def status(self) -> list[dict]:
         """What the manager knows per engine-backed or recently requested model."""
