@@ -90,6 +90,7 @@ def describe(items: list[WorkItem]) -> dict:
 def set_threads(n: int) -> None:
     import torch
     torch.set_num_threads(n)
+    os.environ["INFERPLANE_THREADS"] = str(n)  # the model runner applies it again
 
 
 def command_line() -> str:

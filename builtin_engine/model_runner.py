@@ -13,6 +13,7 @@ import torch
 from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
 from .compiled_step import build_compiled_decode
+from .device_defaults import resolve_threads
 from .graphed_decode import build_graphed_decode
 from .kernels.attention import AttentionMetadata
 from .logprobs import TokenLogprob, pick, raw_logprobs
@@ -44,6 +45,10 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = torch_dtype(config.dtype)
         self.block_size = config.block_size
+        # Before anything compiles: inductor sizes its parallel loops by the thread count.
+        threads, self.threads_reason = resolve_threads(config.device)
+        if threads is not None:
+            torch.set_num_threads(threads)
         self.eos_token_id = loaded.tokenizer.eos_token_id
         self.sampler = Sampler(loaded.tokenizer.stop_token_ids)
         self.generators: dict[str, torch.Generator] = {}
@@ -73,7 +78,9 @@ class ModelRunner:
         spec += f", {c.quantization} weights" if c.quantization else ""
         compiled = "off" if self.compiled is None else (
             f"inductor, warm-up {self.compiled.warm_up_s:.0f}s")
-        return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {self.model.ops.name}, "
+        threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
+        return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {threads}, "
+                f"{self.model.ops.name}, "
                 f"decode graphs: {graphs}, compiled decode step: {compiled} "
                 f"({c.resolved_compile()[1]}), KV cache {self.num_device_blocks} blocks of "
                 f"{self.block_size} tokens{spec}")

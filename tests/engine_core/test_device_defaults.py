@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from builtin_engine.config import EngineConfig
-from builtin_engine.device_defaults import cpu_flags, cpu_has_native_bf16, resolve_dtype
+from builtin_engine.device_defaults import (THREADS_ENV, cpu_flags, cpu_has_native_bf16,
+                                             resolve_dtype, resolve_threads)
 
 
 def test_bf16_only_with_native_dot_products():
@@ -44,3 +45,12 @@ def test_serve_defaults_to_auto():
 def test_bad_values_are_refused(bad):
     with pytest.raises(ValueError):
         EngineConfig(**bad)
+
+
+def test_threads_one_per_core_unless_overridden():
+    assert resolve_threads("cpu", "", cores=2) == (2, "auto: 2 cores")
+    assert resolve_threads("cpu", "1", cores=2) == (1, f"{THREADS_ENV}=1")
+    assert resolve_threads("cuda:0", "")[0] is None
+    for bad in ("0", "two"):
+        with pytest.raises(ValueError, match=THREADS_ENV):
+            resolve_threads("cpu", bad)
