@@ -136,14 +136,23 @@ def main() -> None:
     parser.add_argument("--model", default="mock")
     parser.add_argument("--warm", type=int, default=16, help="connections opened before timing")
     args = parser.parse_args()
-    import os
-
     import uvloop
-    result = json.dumps(uvloop.run(main_async(args)))
-    # The loop may leave stdout non-blocking: a result longer than the pipe's buffer would
-    # then be written in part.
-    os.set_blocking(sys.stdout.fileno(), True)
-    print(result, flush=True)
+    result = json.dumps(uvloop.run(main_async(args))).encode() + b"\n"
+    write_all(sys.stdout.fileno(), result)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data` to `fd`. The event loop can leave a shared pipe non-blocking, and
+    a result far larger than the pipe's buffer (one latency per request at 3,000/s) would
+    then be cut short by a partial write; waiting for the pipe to drain keeps it whole."""
+    import os
+    import select
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 if __name__ == "__main__":
