@@ -183,8 +183,8 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
 async def _load_adapter(services: GatewayServices, call: Call, model_view, version):
     """A LoRA adapter no backend holds: the control plane loads it (a free slot, else in place
     of the least recently used adapter past its minimum residency; every slot too young is a
-    503 adapter_slots_busy with Retry-After), and the request goes to the engine that loaded
-    it, before the snapshot lists the adapter there."""
+    503 adapter_slots_busy with Retry-After), and the request is routed as if the snapshot
+    already listed the adapter on the engine that loaded it."""
     requested, budget = call.parsed.model, services.settings.admission.cold_start_budget_s
     try:
         with child_span("gateway.adapter_load"):
@@ -202,12 +202,14 @@ async def _load_adapter(services: GatewayServices, call: Call, model_view, versi
 
 
 def _held_at(model_view, url: str, adapter: str):
-    """The view whose backends are those holding `adapter`, the one at `url` among them: any
-    other would answer 404 (the snapshot may not list the new load yet)."""
-    holders = tuple(b if b.url != url or adapter in b.adapters else
-                    replace(b, adapters=(*b.adapters, adapter))
-                    for b in model_view.backends if b.url == url or adapter in b.adapters)
-    return replace(model_view, backends=holders)
+    """The view as the next snapshot will show it: the backend at `url` holding `adapter`
+    (LoRA-affinity routing sends the request there). Every backend stays: the admission
+    pool's per-backend caps are set from the view."""
+    if any(b.url == url and adapter in b.adapters for b in model_view.backends):
+        return model_view
+    return replace(model_view, backends=tuple(
+        replace(b, adapters=(*b.adapters, adapter)) if b.url == url else b
+        for b in model_view.backends))
 
 
 def _cold_start_timeout(services: GatewayServices, requested: str, budget: float) -> OpenAIError:

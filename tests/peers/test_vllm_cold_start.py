@@ -2,7 +2,7 @@
 process): a cold model with a vLLM template gets its engine from the first request (gateway
 ColdStarter → TierManager → EngineSupervisor), that request is answered by vLLM, the next one
 goes straight through; the managed vLLM then serves as the second engine of the warm tier's
-LoRA AdapterManager beside the session's vLLM (adapters loaded through the wake API, one slot
+LoRA AdapterManager beside the session's vLLM (adapters loaded by plain requests, one slot
 each: a second adapter goes to the other engine, a third evicts the least recently used), and
 requests for each adapter are routed by LoRA affinity to the engine holding it; idle, it is
 stopped, process group and all.
@@ -61,12 +61,12 @@ class Stack:
         assert r.status_code == 200, f"{r.status_code} {r.text}\n{self.log_tail()}"
         return r
 
-    def wake(self, adapter: str) -> str:
-        """Load `adapter` through the tier manager's AdapterManager; the engine it is on."""
-        r = self.admin("POST", f"/models/{MODEL}/wake", json={"adapter": adapter, "wait_s": 60},
-                       timeout=90)
-        assert r.status_code == 200, f"{r.status_code} {r.text}\n{self.log_tail()}"
-        return r.json()["url"]
+    def load_by_request(self, adapter: str) -> str:
+        """A plain request for `adapter`, which no engine holds: the gateway has the tier
+        manager's AdapterManager load it; the engine the registry now lists it on."""
+        self.chat(f"{MODEL}:{adapter}")
+        (url,) = [b["url"] for b in self.backends() if adapter in b["adapters"]]
+        return url
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-6000:] if self.log.exists() else ""
@@ -164,8 +164,9 @@ def test_lora_adapters_spread_over_two_vllms_by_affinity(stack, vllm):
             "name": name, "source_uri": str(stack.log.parent / f"lora-{name}"), "rank": 8})
         assert r.status_code == 201, r.text
     try:
-        assert stack.wake("a") == managed  # a slot free on both: the first engine gets it
-        assert stack.wake("b") == vllm.url  # its one slot taken: the other engine
+        # a slot free on both: the first engine gets it
+        assert stack.load_by_request("a") == managed
+        assert stack.load_by_request("b") == vllm.url  # its one slot taken: the other engine
         assert "a" in _served(managed) and "b" not in _served(managed)
         assert "b" in _served(vllm.url) and "a" not in _served(vllm.url)
 
@@ -177,8 +178,7 @@ def test_lora_adapters_spread_over_two_vllms_by_affinity(stack, vllm):
             assert _successes(other) == before[1], adapter
 
         time.sleep(1.1)  # past min_residency_s: "a" (least recently used) may now be evicted
-        assert stack.wake("c") == managed
-        stack.chat(f"{MODEL}:c")
+        assert stack.load_by_request("c") == managed
         assert {"c"} <= _served(managed) and "a" not in _served(managed)
         assert "b" in _served(vllm.url)
         rows = {b["url"]: b["adapters"] for b in stack.backends()}

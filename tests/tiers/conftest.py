@@ -2,6 +2,7 @@
 simulated builtin engines (real processes, real HTTP)."""
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -59,18 +60,25 @@ def make_peft_dir(root: Path, name: str, rank: int = 4, hidden: int = 576) -> Pa
     return path
 
 
-@pytest.fixture
-def adapter_engine(tmp_path):
-    """A simulated engine with the runtime LoRA routes (2 slots); yields its OpenAI base URL."""
+@contextlib.contextmanager
+def running_adapter_engine(lora_root: Path, name: str = "adapter_engine"):
+    """A simulated engine with the runtime LoRA routes (2 slots) loading adapters from under
+    `lora_root`; yields its OpenAI base URL. Its log: lora_root / f"{name}.log"."""
     port = free_port()
     args = ["-m", "builtin_engine", "serve", "--served-model-name", "base", "--port", str(port),
-            "--model", SIM_MODEL, "--max-loras", "2", "--lora-roots", str(tmp_path)]
+            "--model", SIM_MODEL, "--max-loras", "2", "--lora-roots", str(lora_root)]
     for key, value in SIM_ARGS.items():
         flag = "--" + key.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]
-    proc = start_process(args, log_path=tmp_path / "adapter_engine.log")
+    proc = start_process(args, log_path=lora_root / f"{name}.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=120)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop_process(proc)
+
+
+@pytest.fixture
+def adapter_engine(tmp_path):
+    with running_adapter_engine(tmp_path) as url:
+        yield url

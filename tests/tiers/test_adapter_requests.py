@@ -19,7 +19,7 @@ from gateway.coldstart import HttpColdStarter, InProcessColdStarter
 from gateway.errors import install_error_handlers
 from gateway.settings import GatewaySettings
 from registry import queries as q
-from tests.tiers.conftest import add_model, make_peft_dir
+from tests.tiers.conftest import make_peft_dir, running_adapter_engine
 from tests.tiers.test_warm_adapters import _engine_has
 
 RESIDENCY_S = 4.0
@@ -28,14 +28,14 @@ BUDGET_S = 2.0  # shorter than the residency: a full slot is refused, not waited
 
 @pytest.fixture
 def registry(sessions, adapter_engine, tmp_path):
-    """Model "base" (warm) on the running engine, adapters a1 and a2 declared; user/operator
-    keys. Returns (sessions, {role: key})."""
-    add_model(sessions, "base", "warm")
+    """Model "base" (warm, LoRA-affinity routing) on the running engine, adapters a1 and a2
+    (and a3)
+    declared; user/operator keys. Returns (sessions, {role: key})."""
     keys = {}
     with sessions.begin() as s:
-        model = q.get_model(s, "base")
+        model = q.create_model(s, "base", tier="warm", routing="lora_affinity")
         q.add_backend(s, "base", adapter_engine, engine="builtin", state="ready", tier="warm")
-        for name in ("a1", "a2"):
+        for name in ("a1", "a2", "a3"):
             q.add_adapter(s, model, name, source_uri=str(make_peft_dir(tmp_path, name)), rank=4)
         for role in ("user", "operator"):
             _, keys[role] = q.create_key(s, f"{role}-key", role=role)
@@ -105,8 +105,16 @@ async def test_adapter_loaded_on_demand_in_process(registry, adapter_engine, sna
 
 
 async def test_adapter_loaded_over_wake_api_before_the_snapshot_shows_it(
-        registry, adapter_engine, sessions):
+        registry, adapter_engine, tmp_path):
     sessions, keys = registry
+    with running_adapter_engine(tmp_path, "second_engine") as second:
+        with sessions.begin() as s:
+            q.add_backend(s, "base", second, engine="builtin", state="ready", tier="warm")
+            q.bump_snapshot_version(s)
+        await _over_wake_api(sessions, keys, adapter_engine, second)
+
+
+async def _over_wake_api(sessions, keys, first: str, second: str) -> None:
     gateway_view = SnapshotSource(sessions)  # a gateway apart: its snapshot is not refreshed
     gateway_view.refresh()
 
@@ -124,10 +132,16 @@ async def test_adapter_loaded_over_wake_api_before_the_snapshot_shows_it(
             for _ in range(2):  # the second finds it resident on the control plane's side
                 answer = await _chat(client, "base:a1")
                 assert answer.status_code == 200, answer.text
-            assert _engine_has(adapter_engine) == ["a1"]
-            assert gateway_view.current.models["base"].backends[0].adapters == ()
+            assert (_engine_has(first), _engine_has(second)) == (["a1"], [])
+            # a1's engine full: a2 goes to the other one, and so does the request, though the
+            # gateway's snapshot lists neither (least loaded would pick the first engine)
+            answer = await _chat(client, "base:a2")
+            assert answer.status_code == 200, answer.text
+            assert (_engine_has(first), _engine_has(second)) == (["a1"], ["a2"])
+            view = gateway_view.current.models["base"]
+            assert [b.adapters for b in view.backends] == [(), ()]
 
-            busy = await _chat(client, "base:a2")
+            busy = await _chat(client, "base:a3")  # both slots younger than the residency
             assert busy.status_code == 503 and busy.json()["error"]["code"] == \
                 "adapter_slots_busy"
             assert 1 <= int(busy.headers["retry-after"]) <= RESIDENCY_S
