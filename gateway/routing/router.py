@@ -58,10 +58,20 @@ class Router:
             out.append(b)
         return out
 
+    def holding(self, candidates: list, adapter: str) -> list:
+        """The candidates with `adapter` loaded (the registry's rows or the engine's own report).
+        Engines load adapters only when told to, so a LoRA request sent to any other engine
+        would get a 404 whatever the strategy or the load: when one holds it, only those
+        compete (the admission queue, not a spill to an engine without it, absorbs a burst)."""
+        return [b for b in candidates
+                if adapter in (b.adapters or ()) or adapter in self.book.engine_view(b.id).adapters]
+
     def pick(self, model_view, backends, ctx: RouteContext,
              exclude: set[str] | frozenset = frozenset(), has_room=None):
         """The chosen BackendView among `backends` (of `model_view`), None when none is routable."""
         candidates = self.candidates(backends, exclude, has_room)
+        if ctx.adapter:
+            candidates = self.holding(candidates, ctx.adapter) or candidates
         if not candidates:
             return None
         strategy = self.strategy_name(model_view)

@@ -160,7 +160,9 @@ class PrefixAware:
 
 
 class LoraAffinity:
-    """Backends with the requested adapter already loaded first (no load/swap latency)."""
+    """Least loaded among the backends holding the requested adapter (the router narrows the
+    candidates to those whenever one holds it: Router.holding); least loaded overall when the
+    request names no adapter or none holds it yet."""
 
     kind = RoutingStrategy.LORA_AFFINITY
 
@@ -168,19 +170,8 @@ class LoraAffinity:
         self.book = book
         self.slack = slack
 
-    def _has(self, backend, adapter: str) -> bool:
-        return adapter in (backend.adapters or ()) or adapter in self.book.engine_view(backend.id).adapters
-
     def pick(self, candidates: list, ctx: RouteContext):
-        best = least_loaded(candidates, self.book)
-        if not ctx.adapter:
-            return best
-        warm = [b for b in candidates if self._has(b, ctx.adapter)]
-        if not warm:
-            return best
-        choice = least_loaded(warm, self.book)
-        overloaded = self.book.load(choice.id) > self.book.load(best.id) + self.slack
-        return best if overloaded else choice
+        return least_loaded(candidates, self.book)
 
 
 class SessionAffinity:

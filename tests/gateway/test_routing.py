@@ -123,6 +123,22 @@ def test_lora_affinity_prefers_backends_with_the_adapter():
     assert picks(r, backends, 1, ctx) == {"b2": 1}
 
 
+def test_adapter_requests_never_go_to_engines_without_the_adapter():
+    """An engine without the adapter would answer 404: a busy holder still gets the request,
+    whatever the strategy, and a request without an adapter ignores adapters."""
+    for strategy in ("lora_affinity", "round_robin", "least_loaded", "prefix_aware"):
+        r = router(strategy, prefix_load_slack=2)
+        backends = [bv(0), bv(1, adapters=("sql",)), bv(2)]
+        for _ in range(10):
+            r.book.acquire("b1")
+        sql = picks(r, backends, 6, lambda i: RouteContext("m", prompt_text="q", adapter="sql"))
+        assert sql == {"b1": 6}, strategy
+        plain = picks(r, backends, 6, lambda i: RouteContext("m", prompt_text="q"))
+        assert "b1" not in plain or strategy == "round_robin", (strategy, plain)
+        unknown = picks(r, backends, 3, lambda i: RouteContext("m", prompt_text="q", adapter="x"))
+        assert sum(unknown.values()) == 3   # none holds it: the load path decides, not routing
+
+
 def test_round_robin_over_http(make_gateway, engines):
     gw = make_gateway([model("m", [backend(e) for e in engines], routing="round_robin")])
     with gw.client() as c:
