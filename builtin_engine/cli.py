@@ -43,6 +43,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode-prefill-budget", type=int, default=None,
                    help="prefill tokens per step while requests decode (0 = no bound; "
                         "default by device)")
+    p.add_argument("--decode-prefill-ratio", type=int, default=None,
+                   help="prefill tokens per decoding request per step until the step costs "
+                        "are learnt (default by device: 12 on CPU)")
+    p.add_argument("--prefill-itl-stretch", type=float, default=d.prefill_itl_stretch,
+                   help="while requests decode, a step with prefill may take at most this "
+                        "times the decode rows' own time (<= 1: the fixed ratio)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--preemption-mode", default=d.preemption_mode, choices=["recompute", "swap", "auto"])
     p.add_argument("--swap-space", type=float, default=d.swap_space_gib, help="GiB of CPU swap")
@@ -93,7 +99,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=not a.no_prefix_caching,
         max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
         long_prefill_token_threshold=a.long_prefill_token_threshold, max_model_len=a.max_model_len,
-        decode_prefill_budget=a.decode_prefill_budget,
+        decode_prefill_budget=a.decode_prefill_budget, decode_prefill_ratio=a.decode_prefill_ratio,
+        prefill_itl_stretch=a.prefill_itl_stretch,
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
         decode_graphs="off" if a.enforce_eager else a.decode_graphs,

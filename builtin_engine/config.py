@@ -29,11 +29,16 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 64
     long_prefill_token_threshold: int = 0  # 0 = no per-request cap beyond the budget
-    # While requests decode, one step's prefill chunks share at most max(this, 2 x the number
-    # of decoding requests) tokens, so a long prompt arriving stretches running streams'
-    # inter-token latency by a bounded factor (0 = the whole token budget; None = by device:
-    # a CPU step is compute-bound, every prompt token costs about what a decode row costs).
+    # While requests decode, one step's prefill chunks take at most what keeps the step under
+    # prefill_itl_stretch x the decode rows' own time (prefill_pacer.py learns both costs from
+    # step times), never fewer than decode_prefill_budget tokens: running streams'
+    # inter-token latency grows by a bounded factor while a long prompt is prefilled (budget
+    # 0 = no bound: the whole token budget). Until the costs are learnt: ratio x the decoding
+    # requests. None = by device: CPU floor 8, ratio 12 (a decode row costs ~6x a short
+    # prompt's token there), elsewhere floor 512, ratio 2. Stretch <= 1: the ratio always.
     decode_prefill_budget: int | None = None
+    decode_prefill_ratio: int | None = None
+    prefill_itl_stretch: float = 2.5
     max_model_len: int | None = None  # defaults to the model's context length
     preemption_mode: str = "auto"  # recompute | swap | auto
     swap_space_gib: float = 0.5
@@ -66,8 +71,13 @@ class EngineConfig:
         from .device_defaults import resolve_dtype
         if self.dtype == "auto":
             self.dtype, self.dtype_reason = resolve_dtype(self.dtype, self.device)
+        on_cpu = self.device.startswith("cpu")
         if self.decode_prefill_budget is None:
-            self.decode_prefill_budget = 16 if self.device.startswith("cpu") else 512
+            self.decode_prefill_budget = 8 if on_cpu else 512
+        if self.decode_prefill_ratio is None:
+            self.decode_prefill_ratio = 12 if on_cpu else 2
+        if self.decode_prefill_budget < 0 or self.decode_prefill_ratio < 0:
+            raise ValueError("decode_prefill_budget and decode_prefill_ratio must be >= 0")
         if self.quantization not in (None, "int8"):
             raise ValueError(f"unknown quantization {self.quantization!r}; choose int8")
         if self.speculative_ngram < 0 or self.num_speculative_tokens < 1:

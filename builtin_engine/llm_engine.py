@@ -97,12 +97,14 @@ class LLMEngine:
         out = sched.schedule()
         self._drop_unrunnable(out)
         if out.scheduled or out.blocks_to_swap_out or out.blocks_to_swap_in:
+            started = time.perf_counter()
             try:
                 sampled = self.executor.execute(out)
             except Exception as exc:  # the loop must outlive a failed forward pass
                 log.exception("executor failed; failing %d requests", len(out.scheduled))
                 outputs = sched.fail_step(out, f"executor error: {exc!r}")
                 return self._finish_step(outputs, 0)
+            sched.observe_step_time(time.perf_counter() - started)
         else:
             sampled = {}
         self.num_steps += 1

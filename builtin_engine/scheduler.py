@@ -15,6 +15,7 @@ from .config import EngineConfig
 from .executor import ScheduledRequest, SchedulerOutput
 from .kv_cache_manager import KVCacheManager
 from .ngram_proposer import NgramProposer
+from .prefill_pacer import PrefillPacer
 from .request import Request, RequestOutput, RequestStatus
 
 # auto mode swaps sequences up to this many tokens (cheap to copy) and recomputes longer
@@ -49,6 +50,9 @@ class Scheduler:
         self._no_preemption = True
         self._seq = itertools.count()
         self._prefill_room = config.max_num_batched_tokens
+        self.pacer = PrefillPacer(config.prefill_itl_stretch, config.decode_prefill_budget,
+                                  config.decode_prefill_ratio)
+        self._step_decoding = self._step_prefill_cap = 0
         self.proposer = (NgramProposer(config.speculative_ngram, config.num_speculative_tokens)
                          if config.speculative_ngram > 0 else None)
         self.step_spec: list[tuple[int, int]] = []  # (drafted, accepted) per draft last step
@@ -121,13 +125,20 @@ class Scheduler:
         return out
 
     def _prefill_cap(self) -> int:
-        """Prefill tokens this step may take: bounded while running requests decode, in
-        proportion to how many (a bigger decode step hides a bigger chunk)."""
-        floor = self.config.decode_prefill_budget
+        """Prefill tokens this step may take: bounded while running requests decode, by what
+        the pacer learnt a decode row and a prompt token cost (prefill_pacer.py)."""
         decoding = sum(1 for r in self.running if r.num_tokens - r.num_computed_tokens == 1)
-        if floor > 0 and decoding:
-            return max(floor, 2 * decoding)
-        return self.config.max_num_batched_tokens
+        self._step_decoding = decoding
+        cap = self.config.max_num_batched_tokens
+        if self.config.decode_prefill_budget > 0 and decoding:
+            cap = min(cap, self.pacer.room(decoding))
+        self._step_prefill_cap = cap
+        return cap
+
+    def observe_step_time(self, seconds: float) -> None:
+        """The last scheduled step's forward pass took `seconds` (teaches the prefill pacer)."""
+        self.pacer.observe(self._step_decoding, self._step_prefill_cap - self._prefill_room,
+                           seconds)
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
         n = req.num_tokens - num_computed

@@ -31,7 +31,8 @@ def prefill_tokens_per_step(engine, streams, long_prompt):
 
 def test_prefill_is_bounded_while_streams_decode():
     streams, (long_prompt,) = random_prompts(3, 8, 8, seed=1), random_prompts(1, 600, 600)
-    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16)
+    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16,
+                        decode_prefill_ratio=2)
     sizes, outputs = prefill_tokens_per_step(engine, streams, long_prompt)
     with_decodes = [p for d, p in sizes if d > 0]
     assert max(with_decodes) <= max(16, 2 * 3)
@@ -44,9 +45,23 @@ def test_prefill_is_bounded_while_streams_decode():
 
 def test_cap_grows_with_the_decode_batch():
     streams = random_prompts(20, 4, 4, seed=2)
-    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16, max_num_seqs=32)
-    sizes, _ = prefill_tokens_per_step(engine, streams, random_prompts(1, 300, 300)[0])
-    assert max(p for d, p in sizes if d == 20) == 40
+    for ratio, cap in ((2, 40), (12, 240)):
+        engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16, max_num_seqs=32,
+                            decode_prefill_ratio=ratio)
+        sizes, _ = prefill_tokens_per_step(engine, streams, random_prompts(1, 300, 300)[0])
+        assert max(p for d, p in sizes if d == 20) == cap
+
+
+def test_cpu_default_ratio_and_bad_values():
+    import pytest
+
+    from builtin_engine.config import EngineConfig
+    cpu = EngineConfig(model="m", device="cpu")
+    assert (cpu.decode_prefill_budget, cpu.decode_prefill_ratio) == (8, 12)
+    cuda = EngineConfig(model="m", device="cuda")
+    assert (cuda.decode_prefill_budget, cuda.decode_prefill_ratio) == (512, 2)
+    with pytest.raises(ValueError, match="decode_prefill_ratio"):
+        EngineConfig(model="m", device="cpu", decode_prefill_ratio=-1)
 
 
 def test_alone_a_prompt_takes_the_whole_budget():
