@@ -107,13 +107,18 @@ def ratios(rows: dict) -> list[str]:
     return out
 
 
+def short_label(name: str) -> str:
+    """The engine's name without its parenthesised detail (the table keeps the full name)."""
+    return name.split(" (")[0]
+
+
 def plot(result: dict, target: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = sorted(result["engines"].items(), key=lambda kv: -kv[1]["output_tokens_per_s"])
-    names = [n for n, _ in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    names = [short_label(n) for n, _ in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     axes[0].barh(names, [r["output_tokens_per_s"] for _, r in rows], color="#4c72b0")
     axes[0].set_xlabel("output tokens/s (higher is better)")
     axes[0].invert_yaxis()
@@ -125,7 +130,7 @@ def plot(result: dict, target: Path) -> Path:
             ax.barh([y + (0.2 if q == "p99" else -0.2) for y in ys],
                     [r[f"{key}_{q}_s"] * scale for _, r in timed], height=0.4,
                     color=color, label=q)
-        ax.set_yticks(list(ys), [n for n, _ in timed])
+        ax.set_yticks(list(ys), [short_label(n) for n, _ in timed])
         ax.invert_yaxis()
         ax.set_xlabel(label + " (lower is better)")
         ax.legend()
