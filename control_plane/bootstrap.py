@@ -88,9 +88,12 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
 
 
 def set_backend_state(sessions: sessionmaker, url: str, state: str, error: str | None = None) -> bool:
-    """Returns True when the state changed (and the snapshot version was bumped)."""
+    """The supervisor's report on the managed engine at `url`: sets its managed rows only (an
+    unmanaged row registered at the same URL keeps the state its own health probes give it).
+    Returns True when the state changed (and the snapshot version was bumped)."""
     with sessions.begin() as session:
-        ids = session.scalars(select(Backend.id).where(Backend.url == url)).all()
+        ids = session.scalars(select(Backend.id).where(Backend.url == url,
+                                                       Backend.managed.is_(True))).all()
         changed = [set_state(session, backend_id, state, error)[1] for backend_id in ids]
         if any(changed):
             bump_version(session)

@@ -3,6 +3,10 @@
 Managed builtin engines report through the supervisor; every other backend is probed here:
 GET {base}/models must answer 200 within the timeout, `failures_to_down` misses mark it down,
 one success marks it ready again. State changes go to the registry (which bumps the snapshot).
+State belongs to a backend row, not to its URL: a probe result is written to the rows probed
+(by id) and misses are counted per row, so an unmanaged row registered at a managed engine's
+URL never changes the managed row (the supervisor reports that one). A URL several rows share
+is fetched once per round.
 Every probe first passes the backend allowlist (control_plane.backend_allowlist), with the
 host resolved then and the checked address connected to: a refused backend is never contacted
 and counts as a miss.
@@ -22,10 +26,10 @@ from sqlalchemy.orm import sessionmaker
 from registry.models import Backend
 
 from registry.errors import InvalidError
+from registry.queries import bump_snapshot_version, set_backend_state
 from registry.vocabulary import BackendState
 
 from .backend_allowlist import DEFAULT, BackendAllowlist
-from .bootstrap import set_backend_state
 from .health_gauge import BackendHealthGauge
 
 log = logging.getLogger("inferplane.health")
@@ -38,7 +42,7 @@ class HealthProber:
         self.sessions, self.on_change, self.allowlist = sessions, on_change, allowlist
         self._refused: set[str] = set()  # URLs whose refusal was logged
         self.interval_s, self.timeout_s, self.failures_to_down = interval_s, timeout_s, failures_to_down
-        self._misses: dict[str, int] = {}
+        self._misses: dict[int, int] = {}  # backend id -> consecutive failed probes
         self.gauge: BackendHealthGauge | None = None
 
     def export_to(self, registry) -> None:
@@ -46,28 +50,44 @@ class HealthProber:
         self.gauge = BackendHealthGauge(registry)
         self.gauge.publish(self.gauge.read(self.sessions))
 
-    def _targets(self) -> list[tuple[str, str]]:
+    def _targets(self) -> list[tuple[int, str, str]]:
+        """(id, url, state) of every unmanaged backend row."""
         with self.sessions() as session:
             rows = session.scalars(select(Backend).where(Backend.managed.is_(False))).all()
-            return [(r.url, r.state) for r in rows]
+            return [(r.id, r.url, r.state) for r in rows]
 
     async def probe_once(self, client: httpx.AsyncClient) -> None:
         targets = await asyncio.to_thread(self._targets)
-        results = await asyncio.gather(*(self._probe(client, url) for url, _ in targets))
+        urls = sorted({url for _, url, _ in targets})
+        healthy_by_url = dict(zip(urls, await asyncio.gather(
+            *(self._probe(client, url) for url in urls))))
+        live = {backend_id for backend_id, _, _ in targets}
+        self._misses = {i: n for i, n in self._misses.items() if i in live}  # rows deleted
         changed = False
-        for (url, state), healthy in zip(targets, results):
-            misses = 0 if healthy else self._misses.get(url, 0) + 1
-            self._misses[url] = misses
+        for backend_id, url, state in targets:
+            healthy = healthy_by_url[url]
+            misses = 0 if healthy else self._misses.get(backend_id, 0) + 1
+            self._misses[backend_id] = misses
             wanted = (BackendState.READY if healthy
                       else BackendState.DOWN if misses >= self.failures_to_down else state)
             if wanted != state:
-                log.info("backend %s is now %s", url, wanted)
-                changed |= await asyncio.to_thread(set_backend_state, self.sessions, url, wanted,
+                log.info("backend %d (%s) is now %s", backend_id, url, wanted)
+                changed |= await asyncio.to_thread(self._set_state, backend_id, wanted,
                                                    None if healthy else "health probe failed")
         if changed:
             self.on_change()
         if self.gauge is not None:
             self.gauge.publish(await asyncio.to_thread(self.gauge.read, self.sessions))
+
+    def _set_state(self, backend_id: int, state: str, error: str | None) -> bool:
+        """True when the row changed (the snapshot version is bumped then)."""
+        with self.sessions.begin() as session:
+            if session.get(Backend, backend_id) is None:  # deleted since this round began
+                return False
+            changed = set_backend_state(session, backend_id, state, error)[1]
+            if changed:
+                bump_snapshot_version(session)
+            return changed
 
     async def _probe(self, client: httpx.AsyncClient, url: str) -> bool:
         try:

@@ -37,3 +37,27 @@ def test_hot_engines_of_each_kind_are_returned_and_recorded(sqlite_url):
             assert "VLLM_CPU_KVCACHE_SPACE" not in " ".join(rows[specs[0].url].command)
     finally:
         sessions.kw["bind"].dispose()
+
+
+def test_an_engine_state_sets_only_the_managed_rows_at_its_url(sqlite_url):
+    """The supervisor's report on the engine at a URL leaves an unmanaged row registered at the
+    same URL alone: that row's state comes from its own health probes."""
+    from control_plane.bootstrap import set_backend_state
+    from registry import queries as q
+
+    upgrade(sqlite_url, progress=None)
+    sessions = make_session_factory(sqlite_url)
+    url = "http://127.0.0.1:18500/v1"
+    try:
+        with sessions.begin() as s:
+            q.create_model(s, "engine")
+            managed_id = q.add_backend(s, "engine", url, state="starting", managed=True).id
+            unmanaged_id = q.add_backend(s, "engine", url, served_model="alias",
+                                         state="down").id
+        assert set_backend_state(sessions, url, "ready") is True
+        assert set_backend_state(sessions, url, "ready") is False   # no change, no bump
+        with sessions() as s:
+            assert {b.id: b.state for b in s.scalars(select(Backend))} == {
+                managed_id: "ready", unmanaged_id: "down"}
+    finally:
+        sessions.kw["bind"].dispose()

@@ -75,3 +75,33 @@ async def test_gauge_follows_probes_for_every_backend(sessions, live_backend):
         await prober.probe_once(client)
     assert series(registry) == {("m", str(up_id)): 1.0}
     assert b"inferplane_backend_healthy" in generate_latest(registry)
+
+
+async def test_a_probe_changes_only_the_rows_it_probed(sessions, live_backend):
+    """An unmanaged row registered at a managed engine's URL (another model, or the same model
+    under another served name) is probed on its own: when its probes fail, the managed row the
+    supervisor reports on keeps its state."""
+    from control_plane.backend_allowlist import BackendAllowlist
+
+    with sessions.begin() as s:
+        for name in ("engine", "other"):
+            q.create_model(s, name)
+        managed_id = q.add_backend(s, "engine", live_backend, state="ready", managed=True).id
+        other_id = q.add_backend(s, "other", live_backend, state="ready").id
+        alias_id = q.add_backend(s, "engine", live_backend, served_model="alias",
+                                 state="ready").id
+    refusing = BackendAllowlist.from_networks(["10.0.0.0/8"])   # 127.0.0.1 is refused
+    prober = HealthProber(sessions, on_change=lambda: None, failures_to_down=2,
+                          allowlist=refusing)
+
+    def states() -> dict[int, str]:
+        with sessions() as s:
+            return {b.id: b.state for b in s.query(Backend)}
+
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):
+            await prober.probe_once(client)
+        assert states() == {managed_id: "ready", other_id: "down", alias_id: "down"}
+        prober.allowlist = BackendAllowlist.from_networks(["127.0.0.1/32"])
+        await prober.probe_once(client)   # the real GET /v1/models answers 200 again
+    assert states() == {managed_id: "ready", other_id: "ready", alias_id: "ready"}
