@@ -1,0 +1,48 @@
+"""The side-by-side benchmarks run from a clean checkout: gateway_peers (Inferplane in front of
+the fast mock engine) and routing_peers (simulated builtin engines behind Inferplane, and behind
+vllm-router when `bash bench/install_peers.sh` has installed it), at a tiny size. Their figures
+are not asserted (benchmarks, not timed tests): that every request succeeded and the result
+file holds what the report prints."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import _real_engines as real
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(script: str, *args: str, timeout: float = 600) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stdout
+
+
+def test_gateway_peers_measures_inferplane(tmp_path):
+    result = tmp_path / "gateway_peers.json"
+    run_bench("gateway_peers.py", "--only", "inferplane", "--duration", "1", "--rate", "50",
+              "--ramp", "50", "--output", str(result))
+    runs = json.loads(result.read_text())["results"]["inferplane"]
+    for mode in ("non_stream", "stream"):
+        assert runs[mode]["errors"] == {}, runs[mode]
+        assert runs[mode]["cpu_ms_per_request"] > 0
+        assert runs[mode]["held_rps"] == 50.0
+
+
+def test_routing_peers_compares_strategies():
+    runs = ["inferplane:round_robin", "inferplane:prefix_aware"]
+    if (real.peers_dir() / "router" / "bin").exists():
+        runs.append("vllm-router:cache_aware")
+    stdout = run_bench("routing_peers.py", "--engines", "2", "--tenants", "2", "--requests", "12",
+                       "--rate", "6", "--system-tokens", "128", "--max-tokens", "4",
+                       "--runs", ",".join(runs), "--peers-dir", str(real.peers_dir()))
+    path = next(line.split("result:", 1)[1].strip() for line in stdout.splitlines()
+                if line.startswith("result:"))
+    rows = {r["strategy"]: r for r in json.loads(Path(path).read_text())["runs"]}
+    assert set(rows) == set(runs)
+    for name, row in rows.items():
+        assert row["ok"] == 12 and row["errors"] == 0, (name, row)
