@@ -202,7 +202,24 @@ class Stack:
         return post(self.base + "/v1/chat/completions", json=body, headers=self.user(),
                     timeout=timeout)
 
-    def books(self, model: str) -> Books:
+    def books(self, model: str, timeout: float = 20) -> Books:
+        """Books once they stand still: a request of an earlier test may still be settling
+        (its spend counted, its log row not yet flushed), and a reading taken in between
+        would charge it to the next test's requests."""
+        return self._still(self._read(model), model, time.monotonic() + timeout)
+
+    def _still(self, books: Books, model: str, deadline: float) -> Books:
+        # two readings further apart than the usage writer's flush interval (0.5 s): a spend
+        # counted but not yet logged changes the second
+        while time.monotonic() < deadline:
+            time.sleep(0.7)
+            again = self._read(model)
+            if _same(books, again, model):
+                return again
+            books = again
+        return books
+
+    def _read(self, model: str) -> Books:
         metrics = samples(httpx.get(self.base + "/metrics", timeout=10).text)
         rows, cursor = [], None
         while True:
@@ -221,10 +238,16 @@ class Stack:
         """Books once the usage writer has flushed `expected_rows` request-log rows."""
         deadline = time.monotonic() + timeout
         while True:
-            books = self.books(model)
+            books = self._read(model)
             if len(books.log) >= expected_rows or time.monotonic() > deadline:
-                return books
+                return self._still(books, model, deadline)
             time.sleep(0.3)
+
+
+def _same(a: Books, b: Books, model: str) -> bool:
+    return (len(a.log) == len(b.log) and a.spend == b.spend
+            and metric_sum(a.metrics, "inferplane_spend_usd_total", model=model)
+            == metric_sum(b.metrics, "inferplane_spend_usd_total", model=model))
 
 
 def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int],
