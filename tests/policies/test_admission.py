@@ -54,9 +54,15 @@ async def test_high_priority_p95_wait_bounded_under_batch_flood():
     pool = AdmissionPool("m", max_queue=10_000, queue_timeout_s=60)
     pool.set_backends({"b1": 2, "b2": 2})
     waits: dict[str, list[float]] = {"flood": [], "high": []}
+    admitted: list[str] = []          # tenants in the order the pool admitted them
+    overtaken: list[int] = []         # flood requests admitted while each high one waited
 
     async def request(tenant: str, priority: str, tokens: int) -> None:
+        queued_at = len(admitted)
         async with pool.admit(tenant, priority, tokens) as ticket:
+            if tenant == "high":
+                overtaken.append(admitted[queued_at:].count("flood"))
+            admitted.append(tenant)
             backend = next(b for b in ("b1", "b2") if pool.has_room(b))
             ticket.bind(backend)
             waits[tenant].append(ticket.wait_s)
@@ -73,8 +79,10 @@ async def test_high_priority_p95_wait_bounded_under_batch_flood():
     for task in flood:
         task.cancel()
     await asyncio.gather(*flood, return_exceptions=True)
-    # A high request waits at most about one batch service time (20 ms), not the backlog.
-    assert p95(waits["high"]) < 0.15
+    # A high request waits for about one freed slot, not the backlog of 150: counted in
+    # admissions, not seconds, so a busy host (a slow event loop) cannot fail it. At most the
+    # 4 slots' grants made before it queued can resume after it did.
+    assert len(overtaken) == 40 and max(overtaken) <= 4, overtaken
     assert max(waits["flood"]) > 5 * p95(waits["high"])
     assert pool.in_flight == 0 and pool.depth == 0
     assert pool.in_flight_by_backend() == {"b1": 0, "b2": 0}
