@@ -36,7 +36,7 @@ class Router:
         pickers = (RoundRobin(), LeastLoaded(self.book), PowerOfTwo(self.book), Weighted(),
                    PrefixAware(self.book, self.prefix_index, settings.prefix_block_chars,
                                slack, self.resident),
-                   LoraAffinity(self.book, slack), SessionAffinity(self.book))
+                   LoraAffinity(self.book), SessionAffinity(self.book))
         self.strategies: dict[RoutingStrategy, object] = {p.kind: p for p in pickers}
 
     def strategy_name(self, model_view) -> str:

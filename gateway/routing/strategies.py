@@ -166,9 +166,8 @@ class LoraAffinity:
 
     kind = RoutingStrategy.LORA_AFFINITY
 
-    def __init__(self, book: LoadBook, slack: float):
+    def __init__(self, book: LoadBook):
         self.book = book
-        self.slack = slack
 
     def pick(self, candidates: list, ctx: RouteContext):
         return least_loaded(candidates, self.book)
