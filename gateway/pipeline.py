@@ -158,9 +158,11 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
     started through the control plane and the request held within the cold-start budget."""
     principal = call.scope.principal
     adapter = call.adapter
+    # held per the registry or per the engine's own report (adapters an engine was started
+    # with, e.g. vLLM's --lora-modules, are in its load poll only)
     if adapter is not None and services.cold_starter is not None and not any(
-            adapter in b.adapters and b.state == BackendState.READY
-            for b in model_view.backends_for(version)):
+            b.state == BackendState.READY
+            for b in services.router.holding(model_view.backends_for(version), adapter)):
         return await _load_adapter(services, call, model_view, version)
     if has_candidates(services, services.snapshot, model_view, version, principal):
         return model_view

@@ -148,3 +148,41 @@ async def _over_wake_api(sessions, keys, first: str, second: str) -> None:
     finally:
         await starter.aclose()
         await tiers.shutdown()
+
+
+class CountingStarter(InProcessColdStarter):
+    """The in-process starter, counting the adapter loads the gateway asks for."""
+
+    loads = 0
+
+    async def load_adapter(self, model_name, adapter, budget_s):
+        self.loads += 1
+        return await super().load_adapter(model_name, adapter, budget_s)
+
+
+async def test_an_adapter_the_engine_reports_is_routed_not_loaded_again(
+        registry, adapter_engine, snapshots, tmp_path):
+    """An adapter the engine holds without a registry row (loaded at its start, e.g. vLLM's
+    --lora-modules, or by hand) shows in the engine's load report: its requests go there and
+    the control plane is not asked to load it once per request."""
+    from engine_adapter.base import LoadView
+
+    sessions, keys = registry
+    loaded = httpx.post(adapter_engine + "/load_lora_adapter", trust_env=False, timeout=30,
+                        json={"lora_name": "a1", "lora_path": str(tmp_path / "a1")})
+    assert loaded.status_code == 200, loaded.text
+    tiers = TierManager(sessions, EngineSupervisor(), snapshots.refresh,
+                        TierConfig(max_loras=1, min_residency_s=RESIDENCY_S))
+    starter = CountingStarter(tiers, snapshots)
+    app = _gateway(snapshots, starter)
+    backend = snapshots.current.models["base"].backends[0]
+    assert backend.adapters == ()                      # the registry does not know of a1
+    app.state.gateway.router.book.report(backend.id, LoadView(adapters=frozenset({"a1"})))
+    try:
+        async with _client(app, keys["user"]) as client:
+            for _ in range(2):
+                answer = await _chat(client, "base:a1")
+                assert answer.status_code == 200, answer.text
+        assert starter.loads == 0
+    finally:
+        await tiers.shutdown()
