@@ -103,17 +103,24 @@ def test_one_scrape_counts_the_requests_of_every_worker(gateway):
         return await asyncio.gather(*(_chat(base, secret, 2) for _ in range(REQUESTS)))
     workers = psutil.Process(proc.pid).children()
     cpu = [w.cpu_times().user + w.cpu_times().system for w in workers]
-    assert asyncio.run(fire()) == [200] * REQUESTS
-    assert all(w.cpu_times().user + w.cpu_times().system > c for w, c in zip(workers, cpu)), \
-        "a worker served nothing: the scrape would not show a sum"
+    sent = 0
+    # The kernel may hand a whole burst of connections to one worker, and CPU time moves in
+    # 10 ms ticks: fire again until every worker has visibly served some.
+    for _ in range(8):
+        assert asyncio.run(fire()) == [200] * REQUESTS
+        sent += REQUESTS
+        if all(w.cpu_times().user + w.cpu_times().system > c for w, c in zip(workers, cpu)):
+            break
+    else:
+        raise AssertionError("a worker served nothing: the scrape would not show a sum")
     for _ in range(2 * WORKERS):   # several scrapes, several answering workers: the same total
         families = _scrape(base)
         assert _total(families["inferplane_requests"], "inferplane_requests_total",
-                      model=MODEL, code="200") - before == REQUESTS
+                      model=MODEL, code="200") - before == sent
         assert _total(families["inferplane_tokens"], "inferplane_tokens_total", model=MODEL,
-                      kind="completion") >= 2 * REQUESTS
+                      kind="completion") >= 2 * sent
         assert _total(families["inferplane_request_duration_seconds"],
-                      "inferplane_request_duration_seconds_count", model=MODEL) >= REQUESTS
+                      "inferplane_request_duration_seconds_count", model=MODEL) >= sent
         assert "process_resident_memory_bytes" in families   # the answering worker's own
 
 
