@@ -159,18 +159,12 @@ class PrefixAware:
         return best
 
 
-class LoraAffinity:
-    """Least loaded among the backends holding the requested adapter (the router narrows the
-    candidates to those whenever one holds it: Router.holding); least loaded overall when the
-    request names no adapter or none holds it yet."""
+class LoraAffinity(LeastLoaded):
+    """Least loaded among the backends holding the requested adapter: the router narrows the
+    candidates to those for every strategy whenever one holds it (Router.holding), so what is
+    left here is least loaded (overall when the request names no adapter or none holds it)."""
 
     kind = RoutingStrategy.LORA_AFFINITY
-
-    def __init__(self, book: LoadBook):
-        self.book = book
-
-    def pick(self, candidates: list, ctx: RouteContext):
-        return least_loaded(candidates, self.book)
 
 
 class SessionAffinity:
