@@ -2,6 +2,7 @@
 
     python bench/decode_profile.py [--batch 64] [--steps 8] [--context-min 16]
                                    [--context-max 560] [--dtype float32] [--threads 2]
+                                   [--prefill-chunk N] [--no-pack-weights]
                                    [--compile | --no-compile] [--compare N]
                                    [--quantization int8]
 
@@ -54,8 +55,12 @@ def build(args):
     block = 16
     longest = args.context_max + args.steps + 4
     blocks_per = -(-longest // block)
-    overrides = dict(dtype=args.dtype, num_blocks=args.batch * blocks_per + 1, block_size=block,
-                     max_num_seqs=max(64, args.batch), quantization=args.quantization)
+    chunk_blocks = -(-args.prefill_chunk // block)
+    overrides = dict(dtype=args.dtype, num_blocks=args.batch * blocks_per + chunk_blocks + 1,
+                     block_size=block, max_num_seqs=max(64, args.batch),
+                     quantization=args.quantization)
+    if args.pack_weights is not None:
+        overrides["pack_weights"] = args.pack_weights
     if args.compile is not None:
         overrides["compile"] = args.compile
     config = c.engine_config(**overrides)
@@ -79,6 +84,11 @@ def build(args):
             reqs.append(ScheduledRequest(f"r{i}", [tok], s["pos"], s["blocks"], True, params,
                                          num_output_tokens=1))
             s["pos"] += 1
+        if args.prefill_chunk:  # a prompt's first chunk beside the decode rows (a mixed step)
+            first = 1 + args.batch * blocks_per
+            toks = torch.randint(vocab, (args.prefill_chunk,), generator=gen).tolist()
+            reqs.append(ScheduledRequest("prompt", toks, 0, list(range(first, first + chunk_blocks)),
+                                         False, params, num_output_tokens=0))
         runner.execute(SchedulerOutput(scheduled=reqs))
 
     return runner, one_step
@@ -93,6 +103,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--quantization", default=None)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--prefill-chunk", type=int, default=0,
+                   help="each step also computes a prompt chunk of this many tokens")
+    p.add_argument("--pack-weights", default=None, action=argparse.BooleanOptionalAction)
     p.add_argument("--compile", dest="compile", action="store_true", default=None)
     p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--compare", type=int, default=0,
@@ -116,7 +129,8 @@ def main(argv=None) -> int:
     for evt in prof.key_averages():
         totals[categorise(evt.key)] = totals.get(categorise(evt.key), 0.0) + evt.self_cpu_time_total
     whole = sum(totals.values()) or 1.0
-    print(f"\ndecode step, batch {args.batch}, contexts {args.context_min}-{args.context_max}, "
+    mixed = f" + a {args.prefill_chunk}-token prompt chunk" if args.prefill_chunk else ""
+    print(f"\ndecode step, batch {args.batch}{mixed}, contexts {args.context_min}-{args.context_max}, "
           f"{runner.describe()}")
     print(f"wall time per step (profiled): {wall * 1000:.1f} ms "
           f"({args.batch / wall:.1f} tok/s)\n")

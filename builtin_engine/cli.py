@@ -59,6 +59,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enforce-eager", action="store_true", help="same as --decode-graphs off")
     p.add_argument("--compile", default=None, action=argparse.BooleanOptionalAction,
                    help="torch.compile the decode step (default: on for CPU)")
+    p.add_argument("--pack-weights", default=None, action=argparse.BooleanOptionalAction,
+                   help="prepack projection weights for oneDNN matmuls (default: on for CPU)")
     p.add_argument("--compile-cache-dir", default=None,
                    help="compiled kernels' cache (default $INFERPLANE_DATA_DIR/inductor)")
     p.add_argument("--max-graph-batch", type=int, default=d.max_graph_batch,
@@ -104,7 +106,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         preemption_mode=a.preemption_mode, swap_space_gib=a.swap_space,
         attention_backend=a.attention_backend, kernels=a.kernels, simulate=a.simulate,
         decode_graphs="off" if a.enforce_eager else a.decode_graphs,
-        max_graph_batch=a.max_graph_batch, compile=a.compile,
+        max_graph_batch=a.max_graph_batch, compile=a.compile, pack_weights=a.pack_weights,
         compile_cache_dir=a.compile_cache_dir, quantization=a.quantization,
         speculative_ngram=a.speculative_ngram,
         num_speculative_tokens=a.num_speculative_tokens,

@@ -1,27 +1,30 @@
-"""Decode steps through one torch.compile'd (inductor) decoder layer, on any device.
+"""Decode and mixed steps through torch.compile'd (inductor) decoder layers, on any device.
 
     compiled = CompiledDecode(model, kv_caches, cache_dir)   # compiles nothing yet
-    compiled.warm_up()                                      # bounded: two batch shapes
+    compiled.warm_up()                                      # bounded: two graphs, two shapes each
     if compiled.accepts(meta, lora):
         hidden = compiled.forward(input_ids, positions, meta)
 
 What it fuses (the eager CPU profile of a batch-64 decode step: KV gather 36%, matmuls
 20%, norm/rotary/activation 16%, SDPA 13%, glue 12%):
-- attention reads the paged cache in place, block by block: each (row, block) pair the
-  contexts cover gives a partial softmax whose loads go through the block id, and each row
-  merges its partials, so no [batch, context] copy of K/V is made and a short context in a
-  batch of long ones costs its own blocks only, not the longest row's (BlockPlan);
+- attention reads the paged cache in place, block by block (paged_attention_ops.BlockPlan),
+  so no [batch, context] copy of K/V is made and a short context in a batch of long ones
+  costs its own blocks only;
 - residual add + RMSNorm, rotary and SiLU-and-mul become one loop each around the matmuls
-  (which stay oneDNN/MKL calls, as in eager);
+  (oneDNN calls on weights packed at load, kernels/packed_linear.py);
 - the KV store is an opaque custom op that mutates the cache (vLLM's way): inductor neither
   clones the cache nor reorders the store after the reads.
 Every layer calls the same compiled function with its own weights and cache as inputs, so
-one compilation serves all layers. Shapes are dynamic (batch rows, blocks read, block-table
-width): warm-up compiles the one graph and checks it is reused, and every later step
-reuses it. Steps whose queries are all short (decode, speculative verification rows,
-as in `attention._as_decode`) take this path; prefill and LoRA steps stay eager.
-Compiled kernels are cached under `cache_dir` (TORCHINDUCTOR_CACHE_DIR), so a restart
-loads them instead of compiling again.
+one compilation serves all layers. Two graphs: decode steps (every query short: decode rows,
+speculative verification rows as in `attention._as_decode`) and mixed steps (decode rows
+beside prompt chunks: continuous batching's usual step on a busy engine). A mixed step runs
+its decode rows first, through the same traced attention, and its long query runs through
+an opaque causal-attention op; every projection and fused loop is shared by all its
+tokens. Before this graph a mixed step ran eagerly, its decode rows included: 2.5x the
+time of the decode step alone plus its prompt tokens' matmuls. Shapes are dynamic (rows,
+tokens, blocks read, table widths): warm-up compiles each graph and checks it is reused.
+Steps of prompts alone and LoRA steps stay eager. Compiled kernels are cached under
+`cache_dir` (TORCHINDUCTOR_CACHE_DIR), so a restart loads them instead of compiling again.
 """
 from __future__ import annotations
 
@@ -29,116 +32,34 @@ import functools
 import logging
 import os
 import time
-from typing import NamedTuple
+from itertools import accumulate
 
 import torch
 
 from .kernels.activation import silu_and_mul_torch
-from .kernels.attention import SHORT_QUERY, AttentionMetadata, _as_decode
+from .kernels.attention import SHORT_QUERY, AttentionMetadata, _as_decode, select_sequences
 from .kernels.layernorm import rms_norm_torch as rms_norm
+from .kernels.packed_linear import packed_linear
+from .kernels.paged_attention_ops import (BlockPlan, pack_long_runs, paged_decode_attention,
+                                          prefill_attention_op, store_kv_op)
 from .kernels.rotary import _rotate as rotary
 from .quantization import Int8Weight
 
 logger = logging.getLogger(__name__)
 
 
-@torch.library.custom_op("inferplane::store_kv", mutates_args=("k_cache", "v_cache"))
-def store_kv_op(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """key/value [T, Hk, D] into caches [blocks, block_size, Hk, D] at slot_mapping."""
-    _, _, heads, dim = k_cache.shape
-    k_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
-
-
-@store_kv_op.register_fake
-def _(key, value, k_cache, v_cache, slot_mapping) -> None:
-    return None
-
-
 def linear(x, weight):
-    """weight: a tensor, or (int8 values, scale) for a weight-only int8 projection."""
+    """weight: a tensor (its oneDNN packed copy is used where there is one), or (int8 values,
+    scale) for a weight-only int8 projection."""
     if isinstance(weight, tuple):
         values, scale = weight
         return torch.nn.functional.linear(x, values.to(x.dtype)) * scale
-    return torch.nn.functional.linear(x, weight)
+    return packed_linear(x, weight)
 
 
-class BlockPlan(NamedTuple):
-    """The blocks a decode batch actually reads, for `paged_decode_attention`.
-
-        plan = BlockPlan.build(block_tables, seq_lens, block_size)
-
-    blocks/rows/fill [P]: every (row, block) pair the contexts cover, row by row, with the
-    block id, its row and how many of its slots hold context (block_size but for a row's
-    last block). index [B, W]: row i's pairs in order; columns past its last block hold -1.
-    P is sum(ceil(seq_len / block_size)), so a batch of short and long contexts reads only
-    what each row holds, not every row padded to the longest.
-    """
-    blocks: torch.Tensor
-    rows: torch.Tensor
-    fill: torch.Tensor
-    index: torch.Tensor
-
-    @classmethod
-    def build(cls, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-              block_size: int) -> "BlockPlan":
-        width = block_tables.shape[1]
-        lens = seq_lens.long()
-        used = -(-lens // block_size)
-        # Two columns at least: a width-1 dimension would get its own graph specialisation.
-        cols = torch.arange(max(width, 2), device=lens.device)
-        covered = cols[None, :] < used[:, None]
-        table = block_tables.long()
-        if width < cols.numel():
-            table = torch.cat([table, table[:, :1]], dim=1)
-        starts = torch.cumsum(used, 0) - used
-        fill = (lens[:, None] - cols[None, :] * block_size).clamp(max=block_size)
-        rows = torch.arange(lens.numel(), device=lens.device)[:, None].expand_as(covered)
-        index = torch.where(covered, starts[:, None] + cols[None, :], -1)
-        return cls(table[covered], rows[covered], fill[covered], index)
-
-
-def paged_decode_attention(q, k_cache, v_cache, plan: BlockPlan, scale: float):
-    """One query row per sequence over its paged context, block by block (paged attention
-    v2): each (row, block) pair of the plan yields a partial softmax (max, sum, weighted V)
-    over its filled slots, and each row merges its pairs' partials. Under compile the block
-    gathers are loads inside the reductions, never a copy of K/V.
-
-    q [B, Hq, D]; caches [blocks, block_size, Hk, D].
-    """
-    batch, q_heads, dim = q.shape
-    _, block_size, kv_heads, _ = k_cache.shape
-    group = q_heads // kv_heads
-    # Slots last, so each softmax reduction runs over the innermost dimension: reduced over
-    # an outer one, inductor split each block's 16 slots across threads (measured 2.7x
-    # slower at batch 64).
-    k = k_cache[plan.blocks].float().transpose(1, 2)  # [P, Hk, block_size, D]
-    v = v_cache[plan.blocks].float().transpose(1, 2)
-    qg = q.float().view(batch, kv_heads, group, dim)[plan.rows]  # [P, Hk, G, D]
-    scores = (qg.unsqueeze(3) * k.unsqueeze(2)).sum(-1) * scale  # [P, Hk, G, block_size]
-    slot = torch.arange(block_size, device=q.device)
-    empty = (slot[None, :] >= plan.fill[:, None])[:, None, None, :]
-    scores = scores.masked_fill(empty, float("-inf"))
-    peak = scores.amax(-1, keepdim=True)  # finite: every pair has a filled slot
-    weights = torch.exp(scores - peak)
-    total = weights.sum(-1)  # [P, Hk, G]
-    partial = (weights.unsqueeze(-1) * v.unsqueeze(2)).sum(3)  # [P, Hk, G, D]
-    # Merge: rescale each partial to the row's overall max; columns past a row's last
-    # block (index -1) weigh nothing.
-    valid = (plan.index >= 0)[:, :, None, None]  # [B, W, 1, 1]
-    idx = plan.index.clamp(min=0)
-    peaks = peak.squeeze(-1)[idx].masked_fill(~valid, float("-inf"))  # [B, W, Hk, G]
-    scale_by = torch.exp(peaks - peaks.amax(1, keepdim=True))
-    out = (scale_by.unsqueeze(-1) * partial[idx]).sum(1)
-    out = out / (scale_by * total[idx]).sum(1).unsqueeze(-1)
-    return out.reshape(batch, q_heads, dim).to(q.dtype)
-
-
-def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
-                 w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
-                 scale: float):
-    """One Llama decoder layer for decode rows; returns (hidden, residual)."""
+def _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, w, eps,
+                      heads, kv_heads, head_dim):
+    """Norm, q/k/v projection and rotary; K/V stored. Returns (q [T, Hq, D], residual)."""
     hidden, residual = rms_norm(hidden, w["input_norm"], eps, residual)
     tokens = hidden.shape[0]
     q_size, kv_size = heads * head_dim, kv_heads * head_dim
@@ -146,11 +67,38 @@ def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, pla
     q = rotary(q.reshape(tokens, heads, head_dim), cos, sin)
     k = rotary(k.reshape(tokens, kv_heads, head_dim), cos, sin)
     store_kv_op(k, v.reshape(tokens, kv_heads, head_dim), k_cache, v_cache, slot_mapping)
-    attn = paged_decode_attention(q, k_cache, v_cache, plan, scale)
-    hidden = linear(attn.reshape(tokens, q_size), w["o_proj"])
+    return q, residual
+
+
+def _attention_output_and_mlp(attn, residual, w, eps):
+    hidden = linear(attn.reshape(attn.shape[0], -1), w["o_proj"])
     hidden, residual = rms_norm(hidden, w["post_norm"], eps, residual)
     act = silu_and_mul_torch(linear(hidden, w["gate_up_proj"]))
     return linear(act, w["down_proj"]), residual
+
+
+def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
+                 w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
+                 scale: float):
+    """One Llama decoder layer for decode rows; returns (hidden, residual)."""
+    q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
+                                    slot_mapping, w, eps, heads, kv_heads, head_dim)
+    attn = paged_decode_attention(q, k_cache, v_cache, plan, scale)
+    return _attention_output_and_mlp(attn, residual, w, eps)
+
+
+def mixed_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
+                long_meta, long_tables, w: dict, eps: float, heads: int, kv_heads: int,
+                head_dim: int, scale: float):
+    """One layer for a mixed step: the plan's decode rows first, then the long query runs
+    that `long_meta`/`long_tables` describe (see `_long_run_inputs`)."""
+    q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
+                                    slot_mapping, w, eps, heads, kv_heads, head_dim)
+    short = plan.index.shape[0]
+    attn = torch.cat([paged_decode_attention(q[:short], k_cache, v_cache, plan, scale),
+                      prefill_attention_op(q[short:], k_cache, v_cache, long_meta, long_tables,
+                                        scale)])
+    return _attention_output_and_mlp(attn, residual, w, eps)
 
 
 def _layer_weights(layer) -> dict:
@@ -162,6 +110,9 @@ def _layer_weights(layer) -> dict:
                                    "gate_up_proj", "down_proj")}
 
 
+_COMPILE_OPTIONS = {"emulate_precision_casts": True}
+
+
 @functools.cache
 def compiled_layer():
     """One compiled wrapper per process: every runner (and layer) shares its graphs.
@@ -171,8 +122,13 @@ def compiled_layer():
     model computes what its eager path computes, but for the order of attention's sums; not
     asked, every fused op drifts from it (greedy text parted from eager's at the first
     token). In float32 the option changes nothing."""
-    return torch.compile(decode_layer, fullgraph=True,
-                         options={"emulate_precision_casts": True})
+    return torch.compile(decode_layer, fullgraph=True, options=_COMPILE_OPTIONS)
+
+
+@functools.cache
+def compiled_mixed_layer():
+    """The mixed step's layer (decode rows + long query runs), compiled like `compiled_layer`."""
+    return torch.compile(mixed_layer, fullgraph=True, options=_COMPILE_OPTIONS)
 
 
 def default_cache_dir() -> str:
@@ -180,6 +136,11 @@ def default_cache_dir() -> str:
     root = os.environ.get("INFERPLANE_DATA_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "inferplane")
     return os.path.join(root, "inductor")
+
+
+def _mark_dynamic(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        torch._dynamo.mark_dynamic(t, 0)
 
 
 class CompiledDecode:
@@ -199,17 +160,26 @@ class CompiledDecode:
                            head_dim=cfg.head_dim, scale=model.layers[0].scale)
         self.weights = [_layer_weights(layer) for layer in model.layers]
         self.layer = compiled_layer()
+        self.mixed = compiled_mixed_layer()
         self.warm_up_s: float | None = None
-        self.mark_dynamic = True  # until warm-up has compiled the one dynamic graph
+        self.steps = {"decode": 0, "mixed": 0}  # steps served by each graph, warm-up included
+        # Until warm-up has compiled each dynamic graph (later calls reuse it unmarked).
+        self.mark_dynamic = self.mark_dynamic_mixed = True
         self.model_block_size = kv_caches[0][0].shape[1]
 
     @staticmethod
     def accepts(meta: AttentionMetadata, lora) -> bool:
-        return lora is None and meta.max_query_len <= SHORT_QUERY
+        """Decode steps, and mixed steps that have decode rows beside their long query runs
+        (a step of prompts alone runs eagerly: its matmuls are most of its time)."""
+        return lora is None and min(meta.query_lens) <= SHORT_QUERY
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
         """Final-normed hidden states [tokens, hidden], as the model's own forward."""
+        if meta.max_query_len > SHORT_QUERY:
+            self.steps["mixed"] += 1
+            return self._forward_mixed(input_ids, positions, meta)
+        self.steps["decode"] += 1
         if not meta.is_pure_decode:
             meta = _as_decode(meta)  # each draft row attends to its own causal prefix
         rows = input_ids.shape[0]
@@ -226,48 +196,102 @@ class CompiledDecode:
             slots = slots.clone()
         plan = BlockPlan.build(tables, lens, self.model_block_size)
         if self.mark_dynamic:
-            for t in (input_ids, positions, slots, *plan):
-                torch._dynamo.mark_dynamic(t, 0)
+            _mark_dynamic(input_ids, positions, slots, *plan)
             torch._dynamo.mark_dynamic(plan.index, 1)
+        hidden, residual, cos, sin = self._inputs(input_ids, positions, self.mark_dynamic)
+        for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
+            hidden, residual = self.layer(hidden, residual, cos, sin, k_cache, v_cache,
+                                          slots, plan, w, **self.consts)
+        return self._final_norm(hidden, residual)[:rows]
+
+    def _forward_mixed(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                       meta: AttentionMetadata) -> torch.Tensor:
+        """Decode rows and long query runs in one step: the tokens are reordered decode rows
+        first (the twin trick keeps them at two or more), run through the mixed graph, and
+        put back in the caller's order."""
+        short = [i for i, n in enumerate(meta.query_lens) if n <= SHORT_QUERY]
+        long = [i for i, n in enumerate(meta.query_lens) if n > SHORT_QUERY]
+        starts = [0, *accumulate(meta.query_lens)]
+        short_rows = [r for i in short for r in range(starts[i], starts[i + 1])]
+        long_rows = [r for i in long for r in range(starts[i], starts[i + 1])]
+        twin = len(short_rows) == 1
+        device = input_ids.device
+        order = torch.tensor(short_rows[:twin] + short_rows + long_rows, device=device)
+        decode = _as_decode(select_sequences(meta, short))
+        tables, lens = decode.block_tables, decode.seq_lens
+        if twin:
+            tables, lens = torch.cat([tables, tables]), torch.cat([lens, lens])
+        plan = BlockPlan.build(tables, lens, self.model_block_size)
+        long_meta, long_tables = pack_long_runs(meta, long)
+        ids, pos, slots = input_ids[order], positions[order], meta.slot_mapping[order]
+        mark = self.mark_dynamic_mixed
+        if mark:
+            _mark_dynamic(ids, pos, slots, *plan, long_meta, long_tables)
+            torch._dynamo.mark_dynamic(plan.index, 1)
+        hidden, residual, cos, sin = self._inputs(ids, pos, mark)
+        for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
+            hidden, residual = self.mixed(hidden, residual, cos, sin, k_cache, v_cache, slots,
+                                          plan, long_meta, long_tables, w, **self.consts)
+        hidden = self._final_norm(hidden, residual)
+        out = torch.empty_like(hidden[twin:])
+        out[order[twin:]] = hidden[twin:]
+        return out
+
+    def _inputs(self, input_ids, positions, mark: bool):
+        """(embeddings, zero residual, cos, sin) of the step's tokens."""
         model = self.model
         cos, sin = model.cos_sin_cache[positions].float().chunk(2, dim=-1)
         cos, sin = cos[:, None, :], sin[:, None, :]
         hidden = torch.nn.functional.embedding(input_ids, model.embed_tokens)
         # x + 0 == x exactly, so a zero residual lets layer 0 share the others' graph.
         residual = torch.zeros_like(hidden)
-        if self.mark_dynamic:
-            for t in (hidden, residual, cos, sin):
-                torch._dynamo.mark_dynamic(t, 0)
-        for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
-            hidden, residual = self.layer(hidden, residual, cos, sin, k_cache, v_cache,
-                                          slots, plan, w, **self.consts)
-        return rms_norm(hidden, model.norm, model.cfg.rms_eps, residual)[0][:rows]
+        if mark:
+            _mark_dynamic(hidden, residual, cos, sin)
+        return hidden, residual, cos, sin
+
+    def _final_norm(self, hidden, residual):
+        return rms_norm(hidden, self.model.norm, self.model.cfg.rms_eps, residual)[0]
 
     def warm_up(self) -> float:
-        """Compile the one graph (rows and block-table width dynamic) before serving, on a
-        scratch slot of block 0 that no request holds yet; a second, wider call checks that
-        it is reused. Returns the seconds taken (a cache hit loads in a few)."""
+        """Compile the two graphs (decode; decode rows + a long run), rows and widths
+        dynamic, before serving, on a scratch slot of block 0 that no request holds yet; a
+        second, wider call of each checks it is reused. Returns the seconds taken (a cache
+        hit loads in a few)."""
         started = time.monotonic()
-        device = self.model.embed_tokens.device
         with torch.inference_mode():
             # Rows, block-table width and block count all differ (2/3/5, then 3/4/9): sizes
             # equal at tracing would be given one symbol, and a guard that they stay equal.
-            block = self.model_block_size
             for rows in (2, 3):
-                lens = [(i + 1) * block + 1 for i in range(rows)]
-                meta = AttentionMetadata(
-                    slot_mapping=torch.zeros(rows, dtype=torch.int64, device=device),
-                    query_start_loc=torch.arange(rows + 1, dtype=torch.int32, device=device),
-                    seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-                    block_tables=torch.zeros(rows, rows + 1, dtype=torch.int32, device=device),
-                    query_lens=[1] * rows, seq_lens_list=lens, max_query_len=1,
-                    max_seq_len=lens[-1])
-                ids = torch.zeros(rows, dtype=torch.int64, device=device)
-                self.forward(ids, torch.zeros_like(ids), meta)
+                self.forward(*self._scratch_step([1] * rows))
                 self.mark_dynamic = False
+            # Decode rows beside a prompt run: token, row and block counts all differ too.
+            for rows, prompt in ((2, SHORT_QUERY + 5), (3, 2 * SHORT_QUERY + 7)):
+                self.forward(*self._scratch_step([1] * rows + [prompt]))
+                self.mark_dynamic_mixed = False
         self.warm_up_s = time.monotonic() - started
         logger.info("compiled decode step in %.1fs (cache %s)", self.warm_up_s, self.cache_dir)
         return self.warm_up_s
+
+    def _scratch_step(self, query_lens: list[int]):
+        """(ids, positions, meta) of a step writing only slot 0: sequence i has i + 1 blocks
+        of context, its table all block 0."""
+        device = self.model.embed_tokens.device
+        block = self.model_block_size
+        rows = len(query_lens)
+        lens = [(i + 1) * block + n for i, n in enumerate(query_lens)]
+        tokens = sum(query_lens)
+        starts = [0, *accumulate(query_lens)]
+        meta = AttentionMetadata(
+            slot_mapping=torch.zeros(tokens, dtype=torch.int64, device=device),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+            block_tables=torch.zeros(rows, rows + 1 + max(query_lens) // block,
+                                     dtype=torch.int32, device=device),
+            query_lens=query_lens, seq_lens_list=lens, max_query_len=max(query_lens),
+            max_seq_len=max(lens))
+        positions = torch.cat([torch.arange(s - n, s) for s, n in zip(lens, query_lens)])
+        ids = torch.zeros(tokens, dtype=torch.int64, device=device)
+        return ids, positions.to(device), meta
 
 
 def build_compiled_decode(config, model, kv_caches) -> CompiledDecode | None:

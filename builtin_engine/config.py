@@ -53,6 +53,8 @@ class EngineConfig:
     compile: bool | None = None
     compile_cache_dir: str | None = None  # None = $INFERPLANE_DATA_DIR/inductor or ~/.cache
     quantization: str | None = None  # None | int8 (weight-only linear layers)
+    # oneDNN-packed projection weights (kernels/packed_linear.py): None = on for CPU
+    pack_weights: bool | None = None
     # n-gram (prompt lookup) speculative decoding: 0 = off, else the n-gram size matched
     speculative_ngram: int = 0
     num_speculative_tokens: int = 4  # drafted tokens verified per step
@@ -96,6 +98,14 @@ class EngineConfig:
         if self.device.startswith("cpu"):
             return True, "default on cpu"
         return False, f"default on {self.device} (decode graphs instead)"
+
+    def resolved_pack_weights(self) -> tuple[bool, str]:
+        """(pack the projection weights for oneDNN?, why) for the startup line."""
+        if self.pack_weights is not None:
+            return self.pack_weights, "requested"
+        if self.device.startswith("cpu"):
+            return True, "default on cpu"
+        return False, f"default on {self.device}"
 
     def resolved_kernels(self) -> str:
         return self.kernels or ("triton" if self.device.startswith("cuda") else "torch")

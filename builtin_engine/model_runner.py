@@ -79,6 +79,8 @@ class ModelRunner:
         compiled = "off" if self.compiled is None else (
             f"inductor, warm-up {self.compiled.warm_up_s:.0f}s")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
+        packed, why = c.resolved_pack_weights()
+        threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why})"
         return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {threads}, "
                 f"{self.model.ops.name}, "
                 f"decode graphs: {graphs}, compiled decode step: {compiled} "

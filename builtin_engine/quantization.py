@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .kernels.packed_linear import linear as packed_linear
+
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
@@ -43,7 +45,7 @@ class Int8Weight:
 def linear(x: torch.Tensor, weight) -> torch.Tensor:
     if isinstance(weight, Int8Weight):
         return F.linear(x, weight.values.to(x.dtype)) * weight.scale
-    return F.linear(x, weight)
+    return packed_linear(x, weight)
 
 
 def quantize_model(model, method: str | None) -> int:

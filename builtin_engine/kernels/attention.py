@@ -51,7 +51,16 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
     starts = meta.query_start_loc.tolist()
+    short = [i for i, n in enumerate(meta.query_lens) if n <= SHORT_QUERY]
+    if short:
+        # Decode rows beside a prefill chunk (a mixed step) attend as one batch, as in a
+        # decode step: one SDPA call each would cost a launch per row per layer.
+        rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in short]).to(q.device)
+        sub = _as_decode(select_sequences(meta, short))
+        out[rows] = _decode_torch(q[rows], k_cache, v_cache, sub, scale)
     for i, (q_len, seq_len) in enumerate(zip(meta.query_lens, meta.seq_lens_list)):
+        if q_len <= SHORT_QUERY:
+            continue
         n_blocks = (seq_len + block_size - 1) // block_size
         blocks = meta.block_tables[i, :n_blocks].long()
         k = k_cache[blocks].flatten(0, 1)[:seq_len]
@@ -80,6 +89,22 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int,
 # query j of a sequence is a decode over its first seq_len - q_len + 1 + j tokens. That keeps
 # verification batched instead of one masked attention call per sequence.
 SHORT_QUERY = 16
+
+
+def select_sequences(meta: AttentionMetadata, seqs: list[int]) -> AttentionMetadata:
+    """The metadata of sequences `seqs` alone (their query rows renumbered from 0); the
+    slot mapping is left out (attention never reads it: K/V are stored beforehand)."""
+    device = meta.block_tables.device
+    query_lens = [meta.query_lens[i] for i in seqs]
+    starts = torch.zeros(len(seqs) + 1, dtype=torch.int32)
+    starts[1:] = torch.cumsum(torch.tensor(query_lens), 0)
+    lens = [meta.seq_lens_list[i] for i in seqs]
+    index = torch.tensor(seqs, device=device)
+    return AttentionMetadata(
+        slot_mapping=meta.slot_mapping[:0], query_start_loc=starts.to(device),
+        seq_lens=meta.seq_lens[index], block_tables=meta.block_tables[index],
+        query_lens=query_lens, seq_lens_list=lens, max_query_len=max(query_lens),
+        max_seq_len=max(lens))
 
 
 def _as_decode(meta: AttentionMetadata) -> AttentionMetadata:

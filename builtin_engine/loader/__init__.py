@@ -51,6 +51,7 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     import torch
 
     from ..models.llama import LlamaForCausalLM
+    from ..kernels.packed_linear import pack_model
     from ..quantization import quantize_model
     from ..tokenizer import load_tokenizer
 
@@ -68,6 +69,9 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     model.load_weights(_weights(source, llama_config, progress))
     model.eval()
     quantize_model(model, getattr(config, "quantization", None))
+    packing = getattr(config, "resolved_pack_weights", None)
+    if packing is not None and packing()[0]:
+        pack_model(model, batch_hint=config.max_num_seqs)
     if progress is not None:
         progress("ready", 1.0)
     return LoadedModel(model=model, llama_config=llama_config, tokenizer=tokenizer,

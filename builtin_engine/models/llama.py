@@ -134,7 +134,7 @@ class LlamaForCausalLM(nn.Module):
         return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head).float()
+        return linear(hidden, self.lm_head).float()
 
     def load_weights(self, weights) -> None:
         """Copy (hf_name, tensor) pairs into place; raises if any weight is left unset."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch._dynamo.utils
 
-from builtin_engine.compiled_step import BlockPlan, paged_decode_attention
+from builtin_engine.kernels.paged_attention_ops import BlockPlan, paged_decode_attention
 from builtin_engine.config import COMPILE_ENV, EngineConfig
 from builtin_engine.kernels.attention import AttentionMetadata, paged_attention_torch
 from builtin_engine.llm_engine import LLMEngine
@@ -100,6 +100,37 @@ def test_greedy_tokens_identical_to_eager(loaded, compiled_runner):
     assert single["0"] == eager["0"]
     # Batches of 3..1 rows and every context width reused the warm-up's one graph.
     assert graphs() == before
+
+
+def test_prompts_arriving_while_others_decode_take_the_mixed_graph(loaded, compiled_runner):
+    """Staggered arrivals and chunked prefill give steps of decode rows beside prompt
+    chunks: they run through the mixed graph (decode rows reordered first, a lone decode row
+    twinned) and give the eager path's greedy tokens, with no graph compiled after warm-up."""
+    cfg, runner = compiled_runner
+    small = dict(max_num_batched_tokens=40, max_num_seqs=8, decode_prefill_budget=40)
+    prompts = [ARTICLE] + [" ".join([p] * 4) for p in PROMPTS]  # all longer than SHORT_QUERY
+
+    def staggered(r, c):
+        engine = LLMEngine(c, r, loaded.tokenizer)
+        out = {str(i): [] for i in range(len(prompts))}
+        pending = list(enumerate(prompts))
+        while pending or engine.has_unfinished():
+            if pending:  # one new prompt every other step
+                i, p = pending.pop(0)
+                engine.add_request(str(i), loaded.tokenizer.encode(p), GREEDY)
+            for _ in range(2):
+                for o in engine.step():
+                    assert o.error is None, o.error
+                    out[o.request_id].extend(o.new_token_ids)
+        return out
+
+    before_graphs, before_mixed = graphs(), runner.compiled.steps["mixed"]
+    compiled = staggered(runner, config(compile=True, compile_cache_dir=cfg.compile_cache_dir,
+                                        **small))
+    assert runner.compiled.steps["mixed"] - before_mixed >= 3
+    eager = staggered(ModelRunner(config(**small), loaded), config(**small))
+    assert compiled == eager
+    assert graphs() == before_graphs
 
 
 def test_speculative_verification_through_compiled_step(loaded, compiled_runner):
