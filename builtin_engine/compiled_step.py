@@ -40,7 +40,8 @@ from .kernels.activation import silu_and_mul_torch
 from .kernels.attention import SHORT_QUERY, AttentionMetadata, _as_decode, select_sequences
 from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
-from .kernels.paged_attention_ops import (BlockPlan, pack_long_runs, paged_decode_attention,
+from .kernels.cpu_decode_attention import cpu_decode_attention_available
+from .kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
                                           prefill_attention_op, store_kv_op)
 from .kernels.rotary import _rotate as rotary
 from .quantization import Int8Weight
@@ -79,23 +80,23 @@ def _attention_output_and_mlp(attn, residual, w, eps):
 
 def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
                  w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
-                 scale: float):
+                 scale: float, cpu_kernel: bool):
     """One Llama decoder layer for decode rows; returns (hidden, residual)."""
     q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
                                     slot_mapping, w, eps, heads, kv_heads, head_dim)
-    attn = paged_decode_attention(q, k_cache, v_cache, plan, scale)
+    attn = decode_attention(q, k_cache, v_cache, plan, scale, cpu_kernel)
     return _attention_output_and_mlp(attn, residual, w, eps)
 
 
 def mixed_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
                 long_meta, long_tables, w: dict, eps: float, heads: int, kv_heads: int,
-                head_dim: int, scale: float):
+                head_dim: int, scale: float, cpu_kernel: bool):
     """One layer for a mixed step: the plan's decode rows first, then the long query runs
     that `long_meta`/`long_tables` describe (see `_long_run_inputs`)."""
     q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
                                     slot_mapping, w, eps, heads, kv_heads, head_dim)
     short = plan.index.shape[0]
-    attn = torch.cat([paged_decode_attention(q[:short], k_cache, v_cache, plan, scale),
+    attn = torch.cat([decode_attention(q[:short], k_cache, v_cache, plan, scale, cpu_kernel),
                       prefill_attention_op(q[short:], k_cache, v_cache, long_meta, long_tables,
                                         scale)])
     return _attention_output_and_mlp(attn, residual, w, eps)
@@ -138,6 +139,11 @@ def default_cache_dir() -> str:
     return os.path.join(root, "inductor")
 
 
+def _cpu_kernel(kv_caches) -> bool:
+    """Decode attention by the C++ kernel: on CPU where it builds (once per machine)."""
+    return kv_caches[0][0].device.type == "cpu" and cpu_decode_attention_available()
+
+
 def _mark_dynamic(*tensors: torch.Tensor) -> None:
     for t in tensors:
         torch._dynamo.mark_dynamic(t, 0)
@@ -157,7 +163,8 @@ class CompiledDecode:
             self.cache_dir = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", self.cache_dir)
         cfg = model.cfg
         self.consts = dict(eps=cfg.rms_eps, heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
-                           head_dim=cfg.head_dim, scale=model.layers[0].scale)
+                           head_dim=cfg.head_dim, scale=model.layers[0].scale,
+                           cpu_kernel=_cpu_kernel(kv_caches))
         self.weights = [_layer_weights(layer) for layer in model.layers]
         self.layer = compiled_layer()
         self.mixed = compiled_mixed_layer()
@@ -198,6 +205,7 @@ class CompiledDecode:
         if self.mark_dynamic:
             _mark_dynamic(input_ids, positions, slots, *plan)
             torch._dynamo.mark_dynamic(plan.index, 1)
+            torch._dynamo.mark_dynamic(plan.tables, 1)
         hidden, residual, cos, sin = self._inputs(input_ids, positions, self.mark_dynamic)
         for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
             hidden, residual = self.layer(hidden, residual, cos, sin, k_cache, v_cache,
@@ -228,6 +236,7 @@ class CompiledDecode:
         if mark:
             _mark_dynamic(ids, pos, slots, *plan, long_meta, long_tables)
             torch._dynamo.mark_dynamic(plan.index, 1)
+            torch._dynamo.mark_dynamic(plan.tables, 1)
         hidden, residual, cos, sin = self._inputs(ids, pos, mark)
         for w, (k_cache, v_cache) in zip(self.weights, self.kv_caches):
             hidden, residual = self.mixed(hidden, residual, cos, sin, k_cache, v_cache, slots,

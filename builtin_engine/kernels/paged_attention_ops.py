@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import cpu_decode_attention as _registers_the_op  # noqa: F401
 from .attention import AttentionMetadata, paged_attention_torch
 
 
@@ -51,6 +52,8 @@ class BlockPlan(NamedTuple):
     rows: torch.Tensor
     fill: torch.Tensor
     index: torch.Tensor
+    tables: torch.Tensor  # [B, W >= 2] int32 block tables, for the C++ kernel
+    lens: torch.Tensor  # [B] int32 context lengths, for the C++ kernel
 
     @classmethod
     def build(cls, block_tables: torch.Tensor, seq_lens: torch.Tensor,
@@ -68,7 +71,17 @@ class BlockPlan(NamedTuple):
         fill = (lens[:, None] - cols[None, :] * block_size).clamp(max=block_size)
         rows = torch.arange(lens.numel(), device=lens.device)[:, None].expand_as(covered)
         index = torch.where(covered, starts[:, None] + cols[None, :], -1)
-        return cls(table[covered], rows[covered], fill[covered], index)
+        return cls(table[covered], rows[covered], fill[covered], index,
+                   table.int(), lens.int())
+
+
+def decode_attention(q, k_cache, v_cache, plan: BlockPlan, scale: float, cpu_kernel: bool):
+    """The C++ kernel (kernels/cpu_decode_attention.py) where it is built, else the traced
+    maths below; `cpu_kernel` is a constant of the graph."""
+    if cpu_kernel:
+        return torch.ops.inferplane.cpu_decode_attention(q, k_cache, v_cache, plan.tables,
+                                                         plan.lens, scale)
+    return paged_decode_attention(q, k_cache, v_cache, plan, scale)
 
 
 def paged_decode_attention(q, k_cache, v_cache, plan: BlockPlan, scale: float):
