@@ -20,10 +20,12 @@ speculative verification rows as in `attention._as_decode`) and mixed steps (dec
 beside prompt chunks: continuous batching's usual step on a busy engine). A mixed step runs
 its decode rows first, through the same traced attention, and its long query runs through
 an opaque causal-attention op; every projection and fused loop is shared by all its
-tokens. Before this graph a mixed step ran eagerly, its decode rows included: 2.5x the
-time of the decode step alone plus its prompt tokens' matmuls. Shapes are dynamic (rows,
-tokens, blocks read, table widths): warm-up compiles each graph and checks it is reused.
-Steps of prompts alone and LoRA steps stay eager. Compiled kernels are cached under
+tokens. Before this graph a mixed step ran eagerly, one SDPA call per decode row per
+layer: 64 decode rows beside a 256-token chunk took 3.4-4.8 s against 0.8-0.9 s here
+(`bench/decode_profile.py --prefill-chunk 256`, 2 AVX2 cores). A step of prompts alone
+lends its last token to be the decode row (`attention.split_last_token`). Shapes are
+dynamic (rows, tokens, blocks read, table widths): warm-up compiles each graph and checks it
+is reused. LoRA steps stay eager. Compiled kernels are cached under
 `cache_dir` (TORCHINDUCTOR_CACHE_DIR), so a restart loads them instead of compiling again.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ from itertools import accumulate
 import torch
 
 from .kernels.activation import silu_and_mul_torch
-from .kernels.attention import SHORT_QUERY, AttentionMetadata, _as_decode, select_sequences
+from .kernels.attention import (SHORT_QUERY, AttentionMetadata, _as_decode, select_sequences,
+                                split_last_token)
 from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
 from .kernels.cpu_decode_attention import cpu_decode_attention_available
@@ -176,9 +179,11 @@ class CompiledDecode:
 
     @staticmethod
     def accepts(meta: AttentionMetadata, lora) -> bool:
-        """Decode steps, and mixed steps that have decode rows beside their long query runs
-        (a step of prompts alone runs eagerly: its matmuls are most of its time)."""
-        return lora is None and min(meta.query_lens) <= SHORT_QUERY
+        """Every step without LoRA: decode steps, mixed steps, and steps of prompts alone,
+        whose last run gives up its last token as the mixed graph's decode row (so all
+        but a lone prompt of SHORT_QUERY + 1 tokens; it runs eagerly)."""
+        return lora is None and (min(meta.query_lens) <= SHORT_QUERY
+                                 or max(meta.query_lens) > SHORT_QUERY + 1)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata) -> torch.Tensor:
@@ -217,6 +222,9 @@ class CompiledDecode:
         """Decode rows and long query runs in one step: the tokens are reordered decode rows
         first (the twin trick keeps them at two or more), run through the mixed graph, and
         put back in the caller's order."""
+        if min(meta.query_lens) > SHORT_QUERY:  # prompts alone: one gives a decode row
+            seq = next(i for i, n in enumerate(meta.query_lens) if n > SHORT_QUERY + 1)
+            meta = split_last_token(meta, seq)
         short = [i for i, n in enumerate(meta.query_lens) if n <= SHORT_QUERY]
         long = [i for i, n in enumerate(meta.query_lens) if n > SHORT_QUERY]
         starts = [0, *accumulate(meta.query_lens)]

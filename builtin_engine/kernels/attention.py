@@ -107,6 +107,26 @@ def select_sequences(meta: AttentionMetadata, seqs: list[int]) -> AttentionMetad
         max_seq_len=max(lens))
 
 
+def split_last_token(meta: AttentionMetadata, seq: int) -> AttentionMetadata:
+    """The same attention with sequence `seq`'s last query token as a sequence of its own (a
+    decode row over the whole context) after the rest of its run (a context one shorter).
+    Token order and slots are unchanged: a step of prompts alone so gets the decode row the
+    mixed graph needs."""
+    q_len, s_len = meta.query_lens[seq], meta.seq_lens_list[seq]
+    query_lens = meta.query_lens[:seq] + [q_len - 1, 1] + meta.query_lens[seq + 1:]
+    lens = meta.seq_lens_list[:seq] + [s_len - 1, s_len] + meta.seq_lens_list[seq + 1:]
+    device = meta.block_tables.device
+    rows = torch.tensor(list(range(seq + 1)) + list(range(seq, len(meta.query_lens))),
+                        device=device)
+    starts = torch.zeros(len(query_lens) + 1, dtype=meta.query_start_loc.dtype)
+    starts[1:] = torch.cumsum(torch.tensor(query_lens), 0)
+    return AttentionMetadata(
+        slot_mapping=meta.slot_mapping, query_start_loc=starts.to(device),
+        seq_lens=torch.tensor(lens, dtype=meta.seq_lens.dtype, device=device),
+        block_tables=meta.block_tables[rows], query_lens=query_lens, seq_lens_list=lens,
+        max_query_len=max(query_lens), max_seq_len=max(lens))
+
+
 def _as_decode(meta: AttentionMetadata) -> AttentionMetadata:
     """The same attention as per-token decode rows (each row's causal prefix as its context)."""
     lens = [s - q + 1 + j for q, s in zip(meta.query_lens, meta.seq_lens_list) for j in range(q)]

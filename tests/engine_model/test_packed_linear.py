@@ -36,6 +36,16 @@ def test_packed_matches_f_linear_for_any_row_count(dtype, tol, rows):
     assert not pl.is_packed(weight)
 
 
+def test_a_freed_weight_takes_its_packed_copy_with_it():
+    import gc
+    weight = torch.randn(64, 32)
+    key = weight.data_ptr()
+    assert pl.pack_weight(weight, batch_hint=8)
+    del weight
+    gc.collect()
+    assert key not in pl._PACKED  # a new tensor at that address must not find it
+
+
 def test_unpackable_weights_are_left_to_f_linear():
     weight = torch.randn(8, 4)
     assert not pl.pack_weight(weight.t(), batch_hint=4)  # not contiguous
