@@ -1,7 +1,7 @@
 """How many prompt tokens one step may add while requests decode, learnt from step times.
 
     pacer = PrefillPacer(stretch=3.0, floor=16, ratio=12)
-    room = pacer.room(decoding=4)                      # before the step is scheduled
+    room = pacer.room(decoding=4, rows=6)              # before the step is scheduled
     pacer.observe(decoding=4, prefill_tokens=48, seconds=0.09)   # after it ran
 
 A step costs about decoding x row_s + prefill_tokens x token_s. A pure decode step teaches
@@ -30,11 +30,19 @@ class PrefillPacer:
         self.row_s: float | None = None     # seconds per decode row
         self.token_s: float | None = None   # seconds per prompt token (recent chunks)
 
-    def room(self, decoding: int) -> int:
-        """Prompt tokens the next step may take beside `decoding` decode rows (>= floor)."""
+    def room(self, decoding: int, rows: int = 0) -> int:
+        """Prompt tokens the next step may take beside `decoding` decode rows (>= floor).
+
+        `rows`: the decode rows the batch will hold once the requests the engine already has
+        are all decoding (the running ones plus the waiting ones that fit). The step is bounded
+        by that batch's decode time, not today's: a burst of prompts joins the batch anyway,
+        so pacing it against the few rows already decoding only delays every request (a
+        64-request burst then trickled in at ~100 prompt tokens a step).
+        """
+        rows = max(decoding, rows)
         if self.row_s is None or self.token_s is None or self.stretch <= 1:
-            return max(self.floor, self.ratio * decoding)
-        allowed = (self.stretch - 1) * self.row_s * decoding / self.token_s
+            return max(self.floor, self.ratio * rows)
+        allowed = (self.stretch - 1) * self.row_s * rows / self.token_s
         return max(self.floor, int(allowed))
 
     def observe(self, decoding: int, prefill_tokens: int, seconds: float) -> None:

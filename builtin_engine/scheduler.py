@@ -131,7 +131,9 @@ class Scheduler:
         self._step_decoding = decoding
         cap = self.config.max_num_batched_tokens
         if self.config.decode_prefill_budget > 0 and decoding:
-            cap = min(cap, self.pacer.room(decoding))
+            free_seqs = max(0, self.config.max_num_seqs - len(self.running))
+            rows = len(self.running) + min(len(self.waiting), free_seqs)
+            cap = min(cap, self.pacer.room(decoding, rows))
         self._step_prefill_cap = cap
         return cap
 

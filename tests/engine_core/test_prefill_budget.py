@@ -45,11 +45,37 @@ def test_prefill_is_bounded_while_streams_decode():
 
 def test_cap_grows_with_the_decode_batch():
     streams = random_prompts(20, 4, 4, seed=2)
-    for ratio, cap in ((2, 40), (12, 240)):
+    # 21 rows: the 20 streams and the long prompt, which decodes once prefilled
+    for ratio, cap in ((2, 42), (12, 252)):
         engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16, max_num_seqs=32,
                             decode_prefill_ratio=ratio)
         sizes, _ = prefill_tokens_per_step(engine, streams, random_prompts(1, 300, 300)[0])
         assert max(p for d, p in sizes if d == 20) == cap
+
+
+def test_a_waiting_burst_counts_as_the_rows_it_will_decode_in():
+    """4 streams decode while 28 prompts wait: the cap is paced against the 32-row batch the
+    burst joins, not the 4 rows decoding now (which let it in 16 tokens a step)."""
+    engine = sim_engine(max_num_batched_tokens=512, decode_prefill_budget=16,
+                        decode_prefill_ratio=2, max_num_seqs=32)
+    for i, p in enumerate(random_prompts(4, 4, 4, seed=3)):
+        engine.add_request(f"s{i}", p, PARAMS)
+    step(engine)                                 # the streams' prompts: now they decode
+    for i, p in enumerate(random_prompts(28, 100, 100, seed=4)):
+        engine.add_request(f"b{i}", p, PARAMS)
+    out = step(engine)
+    decoding = sum(1 for s in out.scheduled if len(s.token_ids) == 1)
+    prefill = sum(len(s.token_ids) for s in out.scheduled if len(s.token_ids) > 1)
+    assert decoding == 4 and prefill == 2 * 32
+    room = engine.scheduler.pacer.room
+    assert room(4) == 16 and room(4, rows=32) == 64   # what the rows change
+
+
+def step(engine):
+    out = engine.scheduler.schedule()
+    engine.scheduler.update_from_output(out, engine.executor.execute(out))
+    engine._finish_step([], 0)
+    return out
 
 
 def test_cpu_default_ratio_and_bad_values():

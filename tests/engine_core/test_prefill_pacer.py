@@ -28,6 +28,15 @@ def test_cheap_tokens_get_a_large_room_and_dear_ones_a_small_one():
     assert 0.100 + deep * 0.004 <= 3.0 * 0.100 * 1.05
 
 
+def test_rows_still_to_join_scale_the_room():
+    pacer = PrefillPacer(stretch=3.0, floor=8, ratio=12)
+    assert pacer.room(4, rows=10) == 120 and pacer.room(4, rows=2) == 48  # never below decoding
+    pacer.observe(decoding=4, prefill_tokens=0, seconds=0.020)            # 5 ms a row
+    pacer.observe(decoding=4, prefill_tokens=100, seconds=0.020 + 100 * 0.001)
+    assert pacer.room(4) == 40                  # 2 x 20 ms / 1 ms
+    assert pacer.room(4, rows=64) == 640        # 2 x (64 rows x 5 ms) / 1 ms
+
+
 def test_floor_and_disabled_stretch():
     pacer = PrefillPacer(stretch=3.0, floor=8, ratio=12)
     pacer.observe(decoding=2, prefill_tokens=0, seconds=0.010)
