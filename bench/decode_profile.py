@@ -24,6 +24,7 @@ CATEGORIES = (
     ("matmul (projections, LM head)", ("aten::addmm", "aten::mm", "aten::linear", "aten::matmul",
                                        "aten::bmm", "mkldnn", "aten::_weight_int8")),
     ("attention (C++ decode kernel)", ("cpu_decode_attention",)),
+    ("attention (C++ prompt kernel)", ("cpu_prefill_attention",)),
     ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "aten::_softmax",
                           "aten::baddbmm")),
     ("KV gather (paged reads)", ("aten::index", "aten::gather")),

@@ -44,6 +44,7 @@ from .kernels.attention import (SHORT_QUERY, AttentionMetadata, _as_decode, sele
 from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
 from .kernels.cpu_decode_attention import cpu_decode_attention_available
+from .kernels.cpu_prefill_attention import cpu_prefill_attention_serves
 from .kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
                                           prefill_attention_op, store_kv_op)
 from .kernels.rotary import _rotate as rotary
@@ -147,6 +148,14 @@ def _cpu_kernel(kv_caches) -> bool:
     return kv_caches[0][0].device.type == "cpu" and cpu_decode_attention_available()
 
 
+def _cpu_prompt_kernel(model, kv_caches) -> bool:
+    """Prompt attention by the C++ kernel (inside `prefill_attention_op`): built here, before
+    warm-up, rather than at the first mixed step."""
+    k_cache = kv_caches[0][0]
+    probe = k_cache.new_empty((1, model.cfg.num_heads, model.cfg.head_dim))
+    return cpu_prefill_attention_serves(probe, k_cache)
+
+
 def _mark_dynamic(*tensors: torch.Tensor) -> None:
     for t in tensors:
         torch._dynamo.mark_dynamic(t, 0)
@@ -168,6 +177,7 @@ class CompiledDecode:
         self.consts = dict(eps=cfg.rms_eps, heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
                            head_dim=cfg.head_dim, scale=model.layers[0].scale,
                            cpu_kernel=_cpu_kernel(kv_caches))
+        self.cpu_prompt_kernel = _cpu_prompt_kernel(model, kv_caches)
         self.weights = [_layer_weights(layer) for layer in model.layers]
         self.layer = compiled_layer()
         self.mixed = compiled_mixed_layer()

@@ -78,7 +78,8 @@ class ModelRunner:
         spec += f", {c.quantization} weights" if c.quantization else ""
         compiled = "off" if self.compiled is None else (
             f"inductor, warm-up {self.compiled.warm_up_s:.0f}s, decode attention "
-            f"{'C++ kernel' if self.compiled.consts['cpu_kernel'] else 'traced'}")
+            f"{'C++ kernel' if self.compiled.consts['cpu_kernel'] else 'traced'}, prompt "
+            f"attention {'C++ kernel' if self.compiled.cpu_prompt_kernel else 'SDPA'}")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
         packed, why = c.resolved_pack_weights()
         threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why})"

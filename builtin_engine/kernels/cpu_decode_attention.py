@@ -14,22 +14,14 @@ loops with a horizontal reduction per score and an index check per load: measure
 cores in one process, batch 64 with contexts 16-560 in float32, 5.2-5.3 ms a layer against
 2.1-2.8 ms here (a decode step 308 -> 275 ms).
 
-The build uses the C++ compiler inductor uses (`-O3 -march=native -ffast-math -fopenmp`); the
-cache key includes the CPU's flags, so a cache directory shared between machines never loads
-code built for another CPU. Where no compiler works, `cpu_decode_attention_available()` is
-False and the traced attention is used.
+Built and cached by `cpu_extension.load_extension`; where no compiler works,
+`cpu_decode_attention_available()` is False and the traced attention is used.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-import logging
-import os
-import time
-
 import torch
 
-logger = logging.getLogger(__name__)
+from .cpu_extension import load_extension
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -123,42 +115,9 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
 }
 """
 
-DISABLE_ENV = "INFERPLANE_CPU_ATTENTION"  # "0" keeps the traced attention
 
-
-def _build_dir() -> str:
-    # Not under the data directory: one build per machine serves every engine (and test).
-    return os.environ.get("INFERPLANE_EXTENSIONS_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "inferplane", "extensions")
-
-
-def _name() -> str:
-    from ..device_defaults import cpu_flags
-    key = _SOURCE + torch.__version__ + " ".join(sorted(cpu_flags()))
-    return "inferplane_cpu_attention_" + hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
-@functools.cache
 def _extension():
-    """The built module, or None (no compiler, or switched off)."""
-    if os.environ.get(DISABLE_ENV, "").strip() == "0":
-        return None
-    from torch.utils.cpp_extension import load_inline
-    directory = os.path.join(_build_dir(), _name())
-    os.makedirs(directory, exist_ok=True)
-    started = time.monotonic()
-    try:
-        module = load_inline(
-            name=_name(), cpp_sources=_SOURCE, functions=["decode_attention"],
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-            extra_ldflags=["-fopenmp"], build_directory=directory, verbose=False)
-    except Exception as exc:  # no compiler, headers missing: the traced attention serves
-        logger.warning("CPU decode attention kernel unavailable (%s); using the traced one",
-                       str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return None
-    logger.info("CPU decode attention kernel ready in %.1fs (%s)",
-                time.monotonic() - started, directory)
-    return module
+    return load_extension("inferplane_cpu_decode_attention", _SOURCE, ("decode_attention",))
 
 
 def cpu_decode_attention_available() -> bool:

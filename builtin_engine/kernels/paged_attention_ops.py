@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from . import cpu_decode_attention as _registers_the_op  # noqa: F401
+from .cpu_prefill_attention import cpu_prefill_attention_serves
 from .attention import AttentionMetadata, paged_attention_torch
 
 
@@ -143,16 +144,20 @@ def prefill_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                          long_meta: torch.Tensor, long_tables: torch.Tensor,
                          scale: float) -> torch.Tensor:
     """Causal attention of long query runs q [T, Hq, D] over their paged contexts (their
-    K/V already stored), described by `pack_long_runs`. Runs eagerly, so the host copies
-    below never enter a graph."""
+    K/V already stored), described by `pack_long_runs`: the C++ kernel where it serves
+    (kernels/cpu_prefill_attention.py: AVX-512 CPUs), else one SDPA call per run. Runs eagerly, so
+    the host copies below never enter a graph."""
     values = long_meta.tolist()
     count, width = values[0], values[1]
     starts, lens = values[2:3 + count], values[3 + count:3 + 2 * count]
     device = q.device
+    tables = long_tables.view(count, width)
+    if cpu_prefill_attention_serves(q, k_cache):
+        return torch.ops.inferplane.cpu_prefill_attention(
+            q, k_cache, v_cache, tables, long_meta[2:3 + count], long_meta[3 + count:], scale)
     meta = AttentionMetadata(
         slot_mapping=long_meta[:0], query_start_loc=torch.tensor(starts, device=device),
-        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-        block_tables=long_tables.view(count, width),
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device), block_tables=tables,
         query_lens=[b - a for a, b in zip(starts, starts[1:])], seq_lens_list=lens,
         max_query_len=max(b - a for a, b in zip(starts, starts[1:])), max_seq_len=max(lens))
     return paged_attention_torch(q, k_cache, v_cache, meta, scale)
