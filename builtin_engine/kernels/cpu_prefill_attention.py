@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_extension import load_extension
+from .cpu_extension import AVX512_HELPERS, load_extension
 
-_SOURCE = r"""
+_SOURCE = AVX512_HELPERS + r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -44,41 +44,6 @@ static constexpr float kMasked = -1e30f;
 static constexpr int64_t kTile = 32;
 
 #ifdef __AVX512F__
-#include <immintrin.h>
-
-// Blocks of 16 slots and heads of 64 or 128 (DIM): a score row of a block is one vector.
-template <typename T>
-static inline __m512 load16(const T* p) {  // any other dtype (double): element by element
-  alignas(64) float f[16];
-  for (int e = 0; e < 16; ++e) f[e] = static_cast<float>(p[e]);
-  return _mm512_load_ps(f);
-}
-static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-static inline __m512 load16(const c10::BFloat16* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-static inline __m512 load16(const c10::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-}
-
-// exp on 16 lanes: 2^n * p(r), |r| <= ln2 / 2, a degree-6 Taylor polynomial (rel. err ~2e-7).
-static inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 y = _mm512_set1_ps(1.f / 720);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.f / 120));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.f / 24));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.f / 6));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(y, n);
-}
-
 template <typename T, int DIM>
 static void prefill_block16(const float* qs, const T* kc, const T* vc, const int* table,
                            int64_t prefix, int64_t t0, int64_t tokens, int64_t h,
