@@ -151,9 +151,7 @@ def _cpu_kernel(kv_caches) -> bool:
 def _cpu_prompt_kernel(model, kv_caches) -> bool:
     """Prompt attention by the C++ kernel (inside `prefill_attention_op`): built here, before
     warm-up, rather than at the first mixed step."""
-    k_cache = kv_caches[0][0]
-    probe = k_cache.new_empty((1, model.cfg.num_heads, model.cfg.head_dim))
-    return cpu_prefill_attention_serves(probe, k_cache)
+    return cpu_prefill_attention_serves(kv_caches[0][0], model.cfg.head_dim)
 
 
 def _mark_dynamic(*tensors: torch.Tensor) -> None:

@@ -61,7 +61,8 @@ static void attend_block16(const float* qb, const T* kc, const T* vc, const int*
         for (int64_t g = 0; g < GROUP; ++g) {
           const float* q = qb + (h * GROUP + g) * DIM;
           __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), kv[0]);
-          for (int64_t c = 1; c < VD; ++c) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), kv[c], acc);
+          for (int64_t c = 1; c < VD; ++c)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), kv[c], acc);
           scores[(h * GROUP + g) * len + start + j] = _mm512_reduce_add_ps(acc) * scale;
         }
       }
@@ -70,20 +71,21 @@ static void attend_block16(const float* qb, const T* kc, const T* vc, const int*
     float* s = scores + hq * len;
     __m512 peak = _mm512_set1_ps(-1e30f);
     for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = static_cast<__mmask16>(len - t >= 16 ? 0xFFFF : (1u << (len - t)) - 1u);
+      const __mmask16 m = first_lanes(len - t);
       peak = _mm512_mask_max_ps(peak, m, peak, _mm512_maskz_loadu_ps(m, s + t));
     }
     const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(peak));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = static_cast<__mmask16>(len - t >= 16 ? 0xFFFF : (1u << (len - t)) - 1u);
-      const __m512 p = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), top)));
+      const __mmask16 m = first_lanes(len - t);
+      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), top);
+      const __m512 p = _mm512_maskz_mov_ps(m, exp16(x));
       _mm512_mask_storeu_ps(s + t, m, p);
       sum = _mm512_add_ps(sum, p);
     }
     const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
     for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = static_cast<__mmask16>(len - t >= 16 ? 0xFFFF : (1u << (len - t)) - 1u);
+      const __mmask16 m = first_lanes(len - t);
       _mm512_mask_storeu_ps(s + t, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + t), inv));
     }
   }

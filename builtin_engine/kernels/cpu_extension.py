@@ -45,6 +45,11 @@ static inline __m512 load16(const c10::Half* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
 }
 
+// The first min(n, 16) lanes (n >= 0).
+static inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
+}
+
 // exp on 16 lanes: 2^n * p(r), |r| <= ln2 / 2, a degree-6 Taylor polynomial (rel. err ~2e-7).
 static inline __m512 exp16(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));

@@ -97,7 +97,7 @@ static void prefill_block16(const float* qs, const T* kc, const T* vc, const int
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t visible = std::min(n, prefix + t0 + r / group - start + 1);
       if (visible <= 0) continue;  // the row's position lies before this block
-      const __mmask16 seen = static_cast<__mmask16>((1u << visible) - 1u);
+      const __mmask16 seen = first_lanes(visible);
       const __m512 s = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), seen,
                                           _mm512_loadu_ps(sc + r * BS));
       const float new_peak = std::max(peak[r], _mm512_reduce_max_ps(s));
@@ -268,11 +268,11 @@ def cpu_prefill_attention_available() -> bool:
 FAST_HEAD_DIMS = (64, 128)
 
 
-def cpu_prefill_attention_serves(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """Whether prompt attention of these shapes takes the kernel (its AVX-512 path) or SDPA."""
+def cpu_prefill_attention_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
+    """Whether prompt attention over this cache takes the kernel (its AVX-512 path) or SDPA."""
     from ..device_defaults import cpu_flags
-    return (q.device.type == "cpu" and "avx512f" in cpu_flags() and k_cache.shape[1] == 16
-            and q.shape[-1] in FAST_HEAD_DIMS and cpu_prefill_attention_available())
+    return (k_cache.device.type == "cpu" and "avx512f" in cpu_flags() and k_cache.shape[1] == 16
+            and head_dim in FAST_HEAD_DIMS and cpu_prefill_attention_available())
 
 
 @torch.library.custom_op("inferplane::cpu_prefill_attention", mutates_args=())

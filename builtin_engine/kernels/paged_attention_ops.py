@@ -145,14 +145,14 @@ def prefill_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                          scale: float) -> torch.Tensor:
     """Causal attention of long query runs q [T, Hq, D] over their paged contexts (their
     K/V already stored), described by `pack_long_runs`: the C++ kernel where it serves
-    (kernels/cpu_prefill_attention.py: AVX-512 CPUs), else one SDPA call per run. Runs eagerly, so
-    the host copies below never enter a graph."""
+    (kernels/cpu_prefill_attention.py: AVX-512 CPUs), else one SDPA call per run. Runs
+    eagerly, so the host copies below never enter a graph."""
     values = long_meta.tolist()
     count, width = values[0], values[1]
     starts, lens = values[2:3 + count], values[3 + count:3 + 2 * count]
     device = q.device
     tables = long_tables.view(count, width)
-    if cpu_prefill_attention_serves(q, k_cache):
+    if cpu_prefill_attention_serves(k_cache, q.shape[-1]):
         return torch.ops.inferplane.cpu_prefill_attention(
             q, k_cache, v_cache, tables, long_meta[2:3 + count], long_meta[3 + count:], scale)
     meta = AttentionMetadata(

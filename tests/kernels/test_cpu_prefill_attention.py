@@ -55,7 +55,7 @@ def test_the_mixed_steps_prompt_op_runs_the_kernel_on_avx512():
     assert ("inferplane::cpu_prefill_attention" in ran) == kernel
     assert ("aten::_scaled_dot_product_flash_attention_for_cpu" in ran) == (not kernel)
     odd_block = make_case([40], [40], 5, 9, 3, 64, dtype=torch.bfloat16)
-    assert not cpu_prefill_attention_serves(odd_block.q, odd_block.k_cache)
+    assert not cpu_prefill_attention_serves(odd_block.k_cache, 64)
     want = paged_attention_torch(case.q, case.k_cache, case.v_cache, case.meta, 0.125)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
 
