@@ -1,6 +1,6 @@
 """Builds and caches the engine's small C++ CPU kernels, once per machine.
 
-    module = load_extension("inferplane_cpu_decode_attention", SOURCE, ["decode_attention"])
+    module = load_extension("inferplane_cpu_decode_attention", SOURCE, ("decode_attention",))
     if module is not None:                    # None: no compiler, or switched off
         out = module.decode_attention(...)
 
@@ -85,8 +85,9 @@ def _module_name(prefix: str, source: str) -> str:
 
 
 @functools.cache
-def load_extension(prefix: str, source: str, functions: tuple[str, ...] | list[str]):
-    """The built module, or None (no compiler, or switched off); built at most once a process."""
+def load_extension(prefix: str, source: str, functions: tuple[str, ...]):
+    """The built module, or None (no compiler, or switched off); built at most once a process
+    (cached on the arguments, so `functions` is a tuple)."""
     if os.environ.get(DISABLE_ENV, "").strip() == "0":
         return None
     from torch.utils.cpp_extension import load_inline
