@@ -184,6 +184,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from fastapi import FastAPI
 
+    from .openmp_pool import release_openmp_pool
     from .server import create_engine_app
 
     if args.task != "generate":
@@ -193,6 +194,7 @@ def serve(args: argparse.Namespace) -> int:
             return serve_embeddings(args, sock, model_dir)
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
+    real_model = not config.simulate
     from .tracing import setup_engine_tracing
 
     setup_engine_tracing(f"inferplane-engine-{served}", args.otlp_endpoint)
@@ -200,6 +202,11 @@ def serve(args: argparse.Namespace) -> int:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         engine.start()
+        if real_model:
+            # The engine thread runs every step from here on: the pool this thread opened
+            # while loading would halve its speed (openmp_pool.py).
+            if not release_openmp_pool():
+                log.info("the main thread's OpenMP pool stays (libgomp not found)")
         print(f"[engine] ready: http://{args.host}:{args.port}/v1 serving {served}",
               file=sys.stderr, flush=True)
         yield

@@ -115,6 +115,9 @@ class AsyncEngine:
     # ---- loop thread ----------------------------------------------------------------------
     def _run(self) -> None:
         engine = self.engine
+        enter = getattr(engine.executor, "enter_step_thread", None)
+        if enter is not None:
+            enter()
         while True:
             self._wake.clear()  # before reading the inbox, so a later submit wakes us
             self._apply_inbox()

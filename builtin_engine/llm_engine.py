@@ -1,7 +1,9 @@
 """The synchronous engine: schedule, execute, update, record metrics — one step at a time."""
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Iterable
 
@@ -14,6 +16,7 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+STEP_TRACE_ENV = "INFERPLANE_STEP_TRACE"  # a file path: one JSON line per executed step
 
 
 def _max_model_len(config: EngineConfig, executor: Executor) -> int:
@@ -70,6 +73,8 @@ class LLMEngine:
             "cache_dtype": config.dtype, "preemption_mode": config.preemption_mode,
         }, num_spec_tokens=config.num_speculative_tokens if config.speculative_ngram else 0)
         self.num_steps = 0
+        trace = os.environ.get(STEP_TRACE_ENV, "").strip()
+        self._trace = open(trace, "a", buffering=1) if trace else None
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int],
@@ -97,14 +102,17 @@ class LLMEngine:
         out = sched.schedule()
         self._drop_unrunnable(out)
         if out.scheduled or out.blocks_to_swap_out or out.blocks_to_swap_in:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             try:
                 sampled = self.executor.execute(out)
             except Exception as exc:  # the loop must outlive a failed forward pass
                 log.exception("executor failed; failing %d requests", len(out.scheduled))
                 outputs = sched.fail_step(out, f"executor error: {exc!r}")
                 return self._finish_step(outputs, 0)
-            sched.observe_step_time(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            sched.observe_step_time(seconds)
+            if self._trace is not None:
+                self._trace_step(out, started, seconds, time.thread_time() - cpu_started)
         else:
             sampled = {}
         self.num_steps += 1
@@ -115,6 +123,18 @@ class LLMEngine:
             if o.new_token_ids and o.request_id in logprobs:
                 o.logprobs = [logprobs[o.request_id]]
         return self._finish_step(outputs, out.num_batched_tokens)
+
+    def _trace_step(self, out: SchedulerOutput, started: float, seconds: float,
+                    cpu_seconds: float) -> None:
+        """One line per step for INFERPLANE_STEP_TRACE: when it started, its decode rows and
+        prompt tokens, and the forward pass's seconds (the rest of a step is the gap to the
+        next line's start)."""
+        rows = sum(1 for s in out.scheduled
+                   if s.sample and len(s.token_ids) == 1 + len(s.spec_token_ids))
+        self._trace.write(json.dumps({
+            "t": round(started, 6), "s": round(seconds, 6), "cpu": round(cpu_seconds, 6), "decode_rows": rows,
+            "prompt_tokens": out.num_batched_tokens - rows, "running": len(self.scheduler.running),
+            "waiting": self.scheduler.num_waiting}) + "\n")
 
     def _drop_unrunnable(self, out: SchedulerOutput) -> None:
         """End only the requests the executor cannot run (an adapter unloaded since they

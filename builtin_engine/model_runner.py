@@ -46,9 +46,8 @@ class ModelRunner:
         self.dtype = torch_dtype(config.dtype)
         self.block_size = config.block_size
         # Before anything compiles: inductor sizes its parallel loops by the thread count.
-        threads, self.threads_reason = resolve_threads(config.device)
-        if threads is not None:
-            torch.set_num_threads(threads)
+        self.threads, self.threads_reason = resolve_threads(config.device)
+        self.enter_step_thread()
         self.eos_token_id = loaded.tokenizer.eos_token_id
         self.sampler = Sampler(loaded.tokenizer.stop_token_ids)
         self.generators: dict[str, torch.Generator] = {}
@@ -65,6 +64,12 @@ class ModelRunner:
         self.graphed = build_graphed_decode(config, self.model, self.kv_caches, max_len,
                                             self.device)
         self.compiled = build_compiled_decode(config, self.model, self.kv_caches)
+
+    def enter_step_thread(self) -> None:
+        """Give the calling thread the step's thread count. OpenMP's team size is a setting of
+        each thread: a thread that runs the steps (AsyncEngine's loop) calls this first."""
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
 
     def describe(self) -> str:
         """What runs the model, for the startup line: device, dtype, kernels, graphs, KV."""
