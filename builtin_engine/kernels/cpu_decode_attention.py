@@ -15,13 +15,16 @@ cores in one process, batch 64 with contexts 16-560 in float32, 5.2-5.3 ms a lay
 2.1-2.8 ms here (a decode step 308 -> 275 ms).
 
 With AVX-512, 16-slot blocks, heads of 64 or 128 and 1-4 query heads a KV head
-(`attend_block16`), each K and V row is widened to float32 once for its group, scores are
-vector dot products, the softmax runs 16 scores at a time (the helpers' vector exp), and a KV
-head's output rows stay in registers while its V rows stream past. Other shapes and CPUs run
-the plain loops below. Measured on 2 AVX512-BF16 cores, batch 64 with contexts 16-560 in
-bfloat16 (`bench/decode_profile.py`, before/after/after/before): 19.4-19.7 -> 17.9-18.3 ms of
-attention a step, the step 63.9-64.3 -> 61.2-61.6 ms. The kernel is near the memory's pace:
-it reads ~425 MB of K/V a step, ~23 GB/s.
+(`attend_head16`), each (sequence, KV head) is one pass over its blocks with an online
+softmax: a block's 16 scores are 16 dot products folded by one transposing add tree (bfloat16
+caches multiply with AVX512-BF16's vdpbf16ps, no widening of the keys), its V rows are read
+while its K rows are still warm, and the rows of the block two ahead are prefetched, since
+blocks lie anywhere in the cache and the hardware prefetcher cannot follow a block table. On
+2 AMX cores, batch 64 with contexts 16-560 in bfloat16 and K/V for 30 layers (so read from
+memory, as in a step): 1.66 -> 1.21 ms a layer (8.5 -> 11.7 GB/s of K/V); with one layer's
+K/V in cache, level (0.71-0.82 against 0.83-0.85 ms). The two-pass kernel before it read
+every block twice and reduced each score horizontally. Other shapes, float16 caches and CPUs
+without AVX-512 run the plain loops below.
 
 Built and cached by `cpu_extension.load_extension`; where no compiler works,
 `cpu_decode_attention_available()` is False and the traced attention is used.
@@ -38,95 +41,177 @@ _SOURCE = AVX512_HELPERS + r"""
 #include <omp.h>
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #ifdef __AVX512F__
-// 16-slot blocks, heads of 64 or 128 (DIM), GROUP query heads a KV head: each K and V row is
-// loaded (and widened) once for the group, scores are dot products of vectors, the softmax
-// runs on 16 scores at a time, and each KV head's output rows stay in registers while its V
-// rows stream past.
+// One KV head's query rows in the form its dot products take: float32 vectors for a float32
+// cache; for a bfloat16 cache (with AVX512-BF16) bfloat16 pairs for vdpbf16ps, which
+// multiplies 32 elements a call without widening the keys. The query came from a bfloat16
+// model, so rounding it back to bfloat16 is exact.
+template <typename T, int DIM>
+struct QueryRow {
+  __m512 v[DIM / 16];
+  void load(const float* q) {
+    for (int c = 0; c < DIM / 16; ++c) v[c] = _mm512_loadu_ps(q + 16 * c);
+  }
+  __m512 dot(const T* k) const {  // 16 partial sums of q . k
+    __m512 a = _mm512_mul_ps(v[0], load16(k));
+    for (int c = 1; c < DIM / 16; ++c) a = _mm512_fmadd_ps(v[c], load16(k + 16 * c), a);
+    return a;
+  }
+};
+#ifdef __AVX512BF16__
+template <int DIM>
+struct QueryRow<c10::BFloat16, DIM> {
+  __m512bh v[DIM / 32];
+  void load(const float* q) {
+    for (int c = 0; c < DIM / 32; ++c)
+      v[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 32 * c + 16), _mm512_loadu_ps(q + 32 * c));
+  }
+  __m512 dot(const c10::BFloat16* k) const {
+    __m512 a = _mm512_setzero_ps();
+    for (int c = 0; c < DIM / 32; ++c)
+      a = _mm512_dpbf16_ps(a, v[c], (__m512bh)_mm512_loadu_si512((const void*)(k + 32 * c)));
+    return a;
+  }
+};
+#endif
+
+// r[j] = q . k[j] for the 16 keys of a block (k rows `slot` apart): the dot products' lanes
+// summed by a transposing add tree (15 adds, 30 shuffles) instead of one horizontal reduction
+// (and its latency) per key. Pairs are folded as they come, so few vectors are live at once.
+template <typename Q, typename T>
+static inline __m512 scores16(const Q& q, const T* k, int64_t slot) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i) {  // 128-bit lane: [k2i, k2i+1, k2i, k2i+1] partials
+    const __m512 x = q.dot(k + (2 * i) * slot), y = q.dot(k + (2 * i + 1) * slot);
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  }
+  for (int i = 0; i < 4; ++i) {  // 128-bit lane: one partial of each of k4i .. k4i+3
+    const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 d01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(d01, d23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+template <typename T, int DIM>
+static inline void prefetch_rows(const T* p, int64_t slot) {  // one head's 16 rows of a block
+  for (int64_t j = 0; j < 16; ++j)
+    for (int64_t b = 0; b < int64_t(DIM * sizeof(T)); b += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + j * slot) + b, _MM_HINT_T0);
+}
+
+// One KV head of one sequence (16-slot blocks, heads of DIM, GROUP query heads sharing it),
+// in a single pass over its blocks with an online softmax: each block's 16 scores come from
+// 16 dot products and one add tree, its K and V rows are read once, and the next block's rows
+// are prefetched (blocks lie anywhere in the cache: the hardware prefetcher cannot follow).
+constexpr int64_t AHEAD = 2;  // blocks prefetched ahead of the one being read
+
 template <typename T, int DIM, int GROUP>
-static void attend_block16(const float* qb, const T* kc, const T* vc, const int* table,
-                           int64_t len, int64_t kv_heads, float scale, float* scores,
-                           float* out) {
+static void attend_head16(const float* qh, const T* kc, const T* vc, const int* table,
+                          int64_t len, int64_t kv_heads, int64_t h, float scale, float* out) {
   constexpr int64_t BS = 16, VD = DIM / 16;
-  const int64_t slot = kv_heads * DIM, heads = kv_heads * GROUP;
-  for (int64_t start = 0; start < len; start += BS) {
-    const int64_t n = std::min(BS, len - start);
-    const T* k = kc + int64_t(table[start / BS]) * BS * slot;
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        __m512 kv[VD];
-        for (int64_t c = 0; c < VD; ++c) kv[c] = load16(k + j * slot + h * DIM + 16 * c);
-        for (int64_t g = 0; g < GROUP; ++g) {
-          const float* q = qb + (h * GROUP + g) * DIM;
-          __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), kv[0]);
-          for (int64_t c = 1; c < VD; ++c)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), kv[c], acc);
-          scores[(h * GROUP + g) * len + start + j] = _mm512_reduce_add_ps(acc) * scale;
-        }
-      }
+  const int64_t slot = kv_heads * DIM;
+  QueryRow<T, DIM> q[GROUP];
+  for (int g = 0; g < GROUP; ++g) q[g].load(qh + g * DIM);
+  __m512 acc[GROUP][VD];
+  float peak[GROUP], total[GROUP];
+  __m512 p[GROUP];  // this block's softmax weights, one lane a key
+  for (int g = 0; g < GROUP; ++g) {
+    peak[g] = -1e30f;  // not -inf: -ffast-math assumes there are none
+    total[g] = 0.f;
+    for (int64_t c = 0; c < VD; ++c) acc[g][c] = _mm512_setzero_ps();
   }
-  for (int64_t hq = 0; hq < heads; ++hq) {
-    float* s = scores + hq * len;
-    __m512 peak = _mm512_set1_ps(-1e30f);
-    for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = first_lanes(len - t);
-      peak = _mm512_mask_max_ps(peak, m, peak, _mm512_maskz_loadu_ps(m, s + t));
-    }
-    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(peak));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = first_lanes(len - t);
-      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), top);
-      const __m512 p = _mm512_maskz_mov_ps(m, exp16(x));
-      _mm512_mask_storeu_ps(s + t, m, p);
-      sum = _mm512_add_ps(sum, p);
-    }
-    const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
-    for (int64_t t = 0; t < len; t += 16) {
-      const __mmask16 m = first_lanes(len - t);
-      _mm512_mask_storeu_ps(s + t, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + t), inv));
-    }
+  const int64_t blocks = (len + BS - 1) / BS;
+  for (int64_t blk = 1; blk < std::min<int64_t>(AHEAD, blocks); ++blk) {
+    const int64_t next = int64_t(table[blk]) * BS * slot + h * DIM;
+    prefetch_rows<T, DIM>(kc + next, slot);
+    prefetch_rows<T, DIM>(vc + next, slot);
   }
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    __m512 acc[GROUP][VD];
-    for (int64_t g = 0; g < GROUP; ++g)
-      for (int64_t c = 0; c < VD; ++c) acc[g][c] = _mm512_setzero_ps();
-    for (int64_t start = 0; start < len; start += BS) {
-      const int64_t n = std::min(BS, len - start);
-      const T* v = vc + int64_t(table[start / BS]) * BS * slot + h * DIM;
-      for (int64_t j = 0; j < n; ++j) {
-        __m512 vv[VD];
-        for (int64_t c = 0; c < VD; ++c) vv[c] = load16(v + j * slot + 16 * c);
-        for (int64_t g = 0; g < GROUP; ++g) {
-          const __m512 p = _mm512_set1_ps(scores[(h * GROUP + g) * len + start + j]);
-          for (int64_t c = 0; c < VD; ++c) acc[g][c] = _mm512_fmadd_ps(p, vv[c], acc[g][c]);
-        }
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t n = std::min(BS, len - blk * BS);
+    const int64_t base = int64_t(table[blk]) * BS * slot + h * DIM;
+    const T* k = kc + base;
+    const T* v = vc + base;
+    if (blk + AHEAD < blocks) {
+      const int64_t next = int64_t(table[blk + AHEAD]) * BS * slot + h * DIM;
+      prefetch_rows<T, DIM>(kc + next, slot);
+      prefetch_rows<T, DIM>(vc + next, slot);
+    }
+    const __mmask16 valid = first_lanes(n);
+    for (int g = 0; g < GROUP; ++g) {
+      // Slots past n belong to the block (allocated, maybe stale): read, then masked out.
+      const __m512 s = _mm512_mul_ps(scores16(q[g], k, slot), _mm512_set1_ps(scale));
+      const float top = std::max(peak[g], _mm512_mask_reduce_max_ps(valid, s));
+      const float shrink = std::exp(peak[g] - top);
+      const __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(top))));
+      total[g] = total[g] * shrink + _mm512_reduce_add_ps(e);
+      peak[g] = top;
+      if (shrink != 1.f)
+        for (int64_t c = 0; c < VD; ++c)
+          acc[g][c] = _mm512_mul_ps(acc[g][c], _mm512_set1_ps(shrink));
+      p[g] = e;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      __m512 vv[VD];
+      for (int64_t c = 0; c < VD; ++c) vv[c] = load16(v + j * slot + 16 * c);
+      const __m512i lane = _mm512_set1_epi32(int(j));
+      for (int g = 0; g < GROUP; ++g) {
+        // from the register, not memory: a scalar load of a just-stored vector stalls
+        const __m512 w = _mm512_permutexvar_ps(lane, p[g]);
+        for (int64_t c = 0; c < VD; ++c) acc[g][c] = _mm512_fmadd_ps(w, vv[c], acc[g][c]);
       }
     }
-    for (int64_t g = 0; g < GROUP; ++g)
-      for (int64_t c = 0; c < VD; ++c)
-        _mm512_storeu_ps(out + (h * GROUP + g) * DIM + 16 * c, acc[g][c]);
+  }
+  for (int g = 0; g < GROUP; ++g) {
+    const __m512 inv = _mm512_set1_ps(1.f / total[g]);
+    for (int64_t c = 0; c < VD; ++c)
+      _mm512_storeu_ps(out + g * DIM + 16 * c, _mm512_mul_ps(acc[g][c], inv));
   }
 }
 
 template <typename T>
-using Block16Fn = void (*)(const float*, const T*, const T*, const int*, int64_t, int64_t, float,
-                           float*, float*);
+using Head16Fn = void (*)(const float*, const T*, const T*, const int*, int64_t, int64_t,
+                          int64_t, float, float*);
 
-// The vector path for these shapes, or nullptr (other block sizes, head sizes or groups).
+// The vector path for these shapes, or nullptr (other block sizes, head sizes or groups;
+// float16 caches).
 template <typename T, int DIM>
-static Block16Fn<T> block16_for(int64_t bs, int64_t group) {
-  if (DIM == 0 || bs != 16) return nullptr;
-  constexpr int D = DIM > 0 ? DIM : 16;
+static Head16Fn<T> head16_for(int64_t bs, int64_t group) {
+  if (DIM == 0 || bs != 16 || std::is_same<T, c10::Half>::value) return nullptr;
+  constexpr int D = DIM > 0 ? DIM : 32;
   switch (group) {
-    case 1: return &attend_block16<T, D, 1>;
-    case 2: return &attend_block16<T, D, 2>;
-    case 3: return &attend_block16<T, D, 3>;
-    case 4: return &attend_block16<T, D, 4>;
+    case 1: return &attend_head16<T, D, 1>;
+    case 2: return &attend_head16<T, D, 2>;
+    case 3: return &attend_head16<T, D, 3>;
+    case 4: return &attend_head16<T, D, 4>;
     default: return nullptr;
   }
+}
+
+// Every (sequence, KV head) pair is one task: 3x the tasks of one per sequence, so the last
+// long contexts of a batch no longer leave a core idle.
+template <typename T, int DIM>
+static bool attend_vector(const float* q, const T* kc, const T* vc, const int* tables,
+                          const int* lens, float* out, int64_t batch, int64_t width, int64_t bs,
+                          int64_t kv_heads, int64_t group, float scale) {
+  const auto fn = head16_for<T, DIM>(bs, group);
+  if (fn == nullptr) return false;
+  const int64_t heads = kv_heads * group, dim = DIM;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(at::get_num_threads())
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t offset = (b * heads + h * group) * dim;
+      fn(q + offset, kc, vc, tables + b * width, lens[b], kv_heads, h, scale, out + offset);
+    }
+  return true;
 }
 #endif
 
@@ -142,7 +227,9 @@ static void attend(const float* q, const T* kc, const T* vc, const int* tables,
   const int64_t heads = kv_heads * group;
   const int64_t row = kv_heads * dim;  // one slot of a block
 #ifdef __AVX512F__
-  const auto fast = block16_for<T, DIM>(bs, group);
+  if (attend_vector<T, DIM>(q, kc, vc, tables, lens, out, batch, width, bs, kv_heads, group,
+                            scale))
+    return;
 #endif
 #pragma omp parallel num_threads(at::get_num_threads())
   {
@@ -153,12 +240,6 @@ static void attend(const float* q, const T* kc, const T* vc, const int* tables,
       const int* table = tables + b * width;
       const float* qb = q + b * heads * dim;
       scores.resize(heads * len);
-#ifdef __AVX512F__
-      if (fast != nullptr) {
-        fast(qb, kc, vc, table, len, kv_heads, scale, scores.data(), out + b * heads * dim);
-        continue;
-      }
-#endif
       for (int64_t start = 0; start < len; start += bs) {  // block by block: no division
         const int64_t n = std::min(bs, len - start);
         const T* k = kc + int64_t(table[start / bs]) * bs * row;

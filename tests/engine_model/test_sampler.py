@@ -117,3 +117,13 @@ def test_repetition_penalty_covers_prompt_and_output():
     out = logits.clone()
     assert Sampler().sample(out, params, [None], [0], EOS, [([3, 6], 2)])[0] == 4
     assert out[0, 3] == 1.5 and out[0, 6] == -2.0  # positive divided, negative multiplied
+
+
+def test_greedy_takes_the_first_of_equal_maxima_like_argmax():
+    logits = torch.randn(8, 300)
+    logits[3, 7] = logits[3, 250] = logits[3].max() + 1.0  # a tie: the lower id wins
+    logits[5, :] = 0.0                                      # all equal: id 0
+    params = [SamplingParams(temperature=0.0)] * 8
+    tokens = Sampler().sample(logits.clone(), params, [None] * 8, [0] * 8, None)
+    assert tokens == logits.argmax(dim=-1).tolist()
+    assert tokens[3] == 7 and tokens[5] == 0

@@ -47,3 +47,23 @@ def test_shapes_that_disagree_are_refused():
         torch.ops.inferplane.cpu_decode_attention(
             case.q, case.k_cache, case.v_cache, case.meta.block_tables,
             torch.tensor([0, 9]), 0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slots_past_a_context_never_leak_in_even_when_they_hold_nan(dtype):
+    # The vector path reads a whole 16-slot block and masks the slots past the context: a
+    # stale slot (another request's leftovers, here NaN) must not reach the output.
+    lens = [1, 5, 17, 40, 333]
+    case = make_case(lens, [1] * len(lens), 16, 9, 3, 64, dtype=dtype)
+    scale = 0.125
+    # (the torch reference itself lets NaN through: it is taken before the poisoning)
+    expected = paged_attention_torch(case.q, case.k_cache, case.v_cache, case.meta, scale)
+    for row, n in enumerate(lens):
+        table = case.meta.block_tables[row]
+        for pos in range(n, -(-n // 16) * 16):
+            block, slot = int(table[pos // 16]), pos % 16
+            case.k_cache[block, slot] = float("nan")
+            case.v_cache[block, slot] = float("nan")
+    out = torch.ops.inferplane.cpu_decode_attention(
+        case.q, case.k_cache, case.v_cache, case.meta.block_tables, case.meta.seq_lens, scale)
+    torch.testing.assert_close(out.float(), expected.float(), atol=TOL[dtype], rtol=TOL[dtype])
