@@ -178,8 +178,16 @@ def start_llama_server(dirs: Path, gguf: Path, port: int, log_path: Path,
                        slots: int = 8, ctx: int = 8192) -> RealEngine:
     cmd = [str(dirs / "llama.cpp" / "llama-server"), "-m", str(gguf), "-np", str(slots),
            "-c", str(ctx), "-t", "2", "--host", "127.0.0.1", "--port", str(port),
-           "--alias", SERVED, "--metrics", "--seed", "0"]
+           "--alias", SERVED, "--metrics", "--seed", "0", *llama_cpu_flags()]
     return _spawn("llamacpp", cmd, dict(os.environ), port, log_path)
+
+
+def llama_cpu_flags() -> tuple[str, ...]:
+    """On CPUs with AMX, ggml moves the Q4_1 weights into its AMX buffers, whose matmul
+    (`ggml_backend_amx_mul_mat`, llama.cpp of llama-cpp-python 0.3.36) dies with SIGSEGV on
+    the first batch; `--no-repack` keeps them in the plain CPU buffers."""
+    from builtin_engine.device_defaults import cpu_flags
+    return ("--no-repack",) if "amx_int8" in cpu_flags() else ()
 
 
 def start_builtin(port: int, log_path: Path, *args: str) -> RealEngine:
