@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from gateway.apis.events import new_id
 from gateway.errors import OpenAIError
-from gateway.schemas import parse_body
+from gateway.schemas import MAX_TOKENS, Count, Int, parse_body
 
 # Anthropic's error types by HTTP status (docs.anthropic.com "Errors")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -55,12 +55,12 @@ class MessagesRequest(BaseModel):
 
     model: StrictStr = Field(min_length=1)
     messages: list[MessageParam] = Field(min_length=1)
-    max_tokens: int = Field(ge=1)
+    max_tokens: Count
     system: Union[StrictStr, list[dict], None] = None
     stop_sequences: list[StrictStr] | None = None
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: Int(0, MAX_TOKENS) | None = None
     tools: list[dict] | None = None
     tool_choice: dict | None = None
     metadata: dict | None = None
@@ -69,7 +69,7 @@ class MessagesRequest(BaseModel):
 
 
 class CountTokensRequest(MessagesRequest):
-    max_tokens: int | None = Field(default=None, ge=1)   # count_tokens takes none
+    max_tokens: Count | None = None   # count_tokens takes none
 
 
 def parse_messages_request(raw: bytes, schema: type[MessagesRequest] = MessagesRequest):

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from gateway.apis.events import new_id
 from gateway.errors import OpenAIError
-from gateway.schemas import parse_body
+from gateway.schemas import Count, parse_body
 
 
 class ResponsesRequest(BaseModel):
@@ -33,7 +33,7 @@ class ResponsesRequest(BaseModel):
     tools: list[dict] | None = None
     tool_choice: Union[Literal["auto", "none", "required"], dict, None] = None
     text: dict | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: Count | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     stream: bool = False

@@ -32,7 +32,7 @@ def openai_target(model: str, share: float = 0.7):
         draw = zlib.crc32(repr(sorted(body.items(), key=lambda kv: str(kv[0]))).encode())
         if draw % 1000 < share * 1000:
             body["model"] = names[draw % len(names)]
-        for field in ("max_tokens", "max_completion_tokens", "min_tokens"):
+        for field in ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens"):
             value = body.get(field)
             if isinstance(value, (int, float)) and not isinstance(value, bool) \
                     and value > MAX_FAKE_TOKENS:

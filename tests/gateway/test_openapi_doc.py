@@ -72,3 +72,32 @@ async def test_405_allows_every_method_of_the_path(app):
         assert r.json()["error"]["type"] == "invalid_request_error"
         r = await client.get("/v1/chat/completions")
         assert r.status_code == 405 and r.headers["allow"] == "POST"
+
+
+def _integers(node, path=""):
+    """(path, schema) of every integer schema under node."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            yield path, node
+        for key, value in node.items():
+            yield from _integers(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _integers(value, f"{path}.{i}")
+
+
+def test_every_request_integer_is_bounded(app):
+    """An integer the document leaves unbounded invites one of 5,000 digits, which pydantic
+    cannot parse: a schema-valid body refused with 400 (what schemathesis found on
+    /v1/messages' top_k)."""
+    doc = app[0].openapi()
+    bodies = {f"{method} {path}": op["requestBody"]
+              for path, item in doc["paths"].items() if path.startswith("/v1/")
+              for method, op in item.items() if isinstance(op, dict) and "requestBody" in op}
+    assert {"post /v1/messages", "post /v1/responses"} <= set(bodies)
+    found = [(where + path, schema) for where, body in bodies.items()
+             for path, schema in _integers(body)]
+    assert found
+    unbounded = [where for where, schema in found
+                 if "maximum" not in schema and "exclusiveMaximum" not in schema]
+    assert not unbounded, unbounded
