@@ -16,6 +16,7 @@ from .compiled_step import build_compiled_decode
 from .device_defaults import resolve_threads
 from .graphed_decode import build_graphed_decode
 from .kernels.attention import AttentionMetadata
+from .kernels.packed_linear import row_cap
 from .logprobs import TokenLogprob, pick, raw_logprobs
 from .loader import LoadedModel, torch_dtype
 from .lora import LoraBatch, LoraStore, LoraWeights
@@ -87,7 +88,8 @@ class ModelRunner:
             f"attention {'C++ kernel' if self.compiled.cpu_prompt_kernel else 'SDPA'}")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
         packed, why = c.resolved_pack_weights()
-        threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why})"
+        threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why}"
+        threads += f"; {row_cap()[1]})" if packed else ")"
         return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {threads}, "
                 f"{self.model.ops.name}, "
                 f"decode graphs: {graphs}, compiled decode step: {compiled} "

@@ -22,6 +22,7 @@ to HF transformers (tests/engine_model/test_packed_linear.py and the parity test
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 
 import torch
@@ -69,15 +70,18 @@ def is_packed(weight: torch.Tensor) -> bool:
     return weight.data_ptr() in _PACKED
 
 
-# Above this many rows the packed copy stops paying: the GEMM's own reorder is amortised over
-# the rows, and at 2048 rows (a long prefill step) MKL's sgemm measured 1.3x faster.
+# Above this many rows the packed copy may stop paying: the GEMM's own reorder is amortised
+# over the rows. Which side wins a long prefill step depends on the CPU: at 2048 rows MKL's
+# sgemm measured 1.3x faster on a Zen 2 host, and the packed copy 1.13x faster on a Zen 1
+# host, so `calibrate_row_cap` times both at load and raises the cap where packed wins.
 PACKED_MAX_ROWS = 512
+_row_cap = {"rows": PACKED_MAX_ROWS, "why": f"up to {PACKED_MAX_ROWS} rows (default)"}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight) (no bias), on the packed copy when one is registered."""
     packed = _PACKED.get(weight.data_ptr())
-    if (packed is None or x.dtype != weight.dtype or x.shape[0] > PACKED_MAX_ROWS
+    if (packed is None or x.dtype != weight.dtype or x.shape[0] > _row_cap["rows"]
             or packed.shape != weight.shape):
         return F.linear(x, weight)
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
@@ -109,3 +113,50 @@ def pack_model(model, batch_hint: int, names=("qkv_proj", "o_proj", "gate_up_pro
             count += isinstance(weight, torch.Tensor) and pack_weight(weight, batch_hint)
     count += pack_weight(model.lm_head, batch_hint)
     return count
+
+
+def row_cap() -> tuple[int, str]:
+    """(rows up to which linear takes the packed copy, why) for the startup line."""
+    return _row_cap["rows"], _row_cap["why"]
+
+
+def set_row_cap(rows: int, why: str) -> None:
+    _row_cap.update(rows=rows, why=why)
+
+
+def _median_ms(fn, repeats: int = 3) -> float:
+    fn()  # the first call allocates oneDNN's and MKL's scratch buffers
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
+    """Time the packed copy of `weight` against F.linear at `rows` rows (the largest step the
+    engine schedules) and take the packed copy for every row count where it is as fast; a
+    weight without a packed copy, or `rows` within the default cap, changes nothing."""
+    packed = _PACKED.get(weight.data_ptr())
+    if packed is None or rows <= PACKED_MAX_ROWS:
+        return row_cap()
+    key = (tuple(weight.shape), weight.dtype, rows, torch.get_num_threads())
+    if key not in _calibrated:  # once a process: every engine a test suite loads shares it
+        _calibrated[key] = _measure(weight, packed, rows)
+    set_row_cap(*_calibrated[key])
+    return row_cap()
+
+
+_calibrated: dict[tuple, tuple[int, str]] = {}
+
+
+def _measure(weight: torch.Tensor, packed: torch.Tensor, rows: int) -> tuple[int, str]:
+    x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
+    with torch.inference_mode():
+        dense = _median_ms(lambda: F.linear(x, weight))
+        blocked = _median_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none",
+                                                                        [], ""))
+    measured = f"at {rows} rows packed {blocked:.0f} ms, sgemm {dense:.0f} ms"
+    cap = rows if blocked <= dense else PACKED_MAX_ROWS
+    return cap, f"up to {cap} rows: {measured}"

@@ -51,7 +51,7 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     import torch
 
     from ..models.llama import LlamaForCausalLM
-    from ..kernels.packed_linear import pack_model
+    from ..kernels.packed_linear import calibrate_row_cap, pack_model
     from ..quantization import quantize_model
     from ..tokenizer import load_tokenizer
 
@@ -72,6 +72,8 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     packing = getattr(config, "resolved_pack_weights", None)
     if packing is not None and packing()[0]:
         pack_model(model, batch_hint=config.max_num_seqs)
+        if model.layers:  # the widest projection stands for all: the step's largest GEMMs
+            calibrate_row_cap(model.layers[0].gate_up_proj, config.max_num_batched_tokens)
     if progress is not None:
         progress("ready", 1.0)
     return LoadedModel(model=model, llama_config=llama_config, tokenizer=tokenizer,

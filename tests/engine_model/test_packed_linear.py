@@ -76,6 +76,52 @@ def test_the_op_inside_a_compiled_graph_uses_the_packed_copy():
         pl.unpack_weight(weight)
 
 
+
+@pytest.fixture
+def restored_cap():
+    rows, why = pl.row_cap()
+    yield
+    pl.set_row_cap(rows, why)
+
+
+def _zero_packed(weight):
+    """A packed copy of zeros in the weight's slot: a zero output shows linear read it."""
+    pl._PACKED[weight.data_ptr()] = torch.ops.mkldnn._reorder_linear_weight(
+        torch.zeros_like(weight), 8)
+
+
+def test_rows_past_the_cap_take_f_linear_and_within_it_the_packed_copy(restored_cap):
+    weight = torch.randn(64, 32)
+    _zero_packed(weight)
+    try:
+        x = torch.randn(800, 32)
+        pl.set_row_cap(512, "test")
+        assert torch.equal(pl.linear(x, weight), F.linear(x, weight))
+        pl.set_row_cap(1024, "test")
+        assert pl.linear(x, weight).abs().max().item() == 0.0
+    finally:
+        pl.unpack_weight(weight)
+
+
+def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
+    import re
+    weight = torch.randn(768, 256)
+    assert pl.pack_weight(weight, batch_hint=64)
+    try:
+        assert pl.calibrate_row_cap(weight, 256)[0] == pl.PACKED_MAX_ROWS  # within the default
+        rows, why = pl.calibrate_row_cap(weight, 1024)
+        packed, dense = (float(v) for v in re.search(r"packed (\d+) ms, sgemm (\d+) ms",
+                                                      why).groups())
+        assert rows == (1024 if packed < dense else pl.PACKED_MAX_ROWS) or packed == dense
+        assert pl.row_cap() == (rows, why)
+        x = torch.randn(1000, 256)
+        torch.testing.assert_close(pl.linear(x, weight), F.linear(x, weight), rtol=1e-4,
+                                   atol=1e-4)
+    finally:
+        pl.unpack_weight(weight)
+    unpacked = torch.randn(64, 32)
+    assert pl.calibrate_row_cap(unpacked, 4096) == pl.row_cap()  # no packed copy: unchanged
+
 def _runner(pack: bool):
     from builtin_engine.model_runner import ModelRunner
     cfg = EngineConfig(model="smollm2-135m-instruct", dtype="float32", pack_weights=pack,
