@@ -22,6 +22,7 @@ to HF transformers (tests/engine_model/test_packed_linear.py and the parity test
 from __future__ import annotations
 
 import logging
+import os
 import time
 import weakref
 
@@ -76,6 +77,8 @@ def is_packed(weight: torch.Tensor) -> bool:
 # host, so `calibrate_row_cap` times both at load and raises the cap where packed wins.
 PACKED_MAX_ROWS = 512
 _row_cap = {"rows": PACKED_MAX_ROWS, "why": f"up to {PACKED_MAX_ROWS} rows (default)"}
+_calibrated: dict[tuple, tuple[int, str]] = {}  # (shape, dtype, rows, threads) -> the cap
+ROWS_ENV = "INFERPLANE_PACKED_ROWS"  # a fixed cap instead of the measured one
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -139,6 +142,12 @@ def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
     engine schedules) and take the packed copy for every row count where it is as fast; a
     weight without a packed copy, or `rows` within the default cap, changes nothing."""
     packed = _PACKED.get(weight.data_ptr())
+    forced = os.environ.get(ROWS_ENV, "").strip()
+    if forced:  # the operator's choice (and an A/B switch for benchmarks): no measuring
+        if not forced.isdigit():
+            raise ValueError(f"{ROWS_ENV}={forced!r}: expected a whole number of rows")
+        set_row_cap(int(forced), f"up to {forced} rows ({ROWS_ENV})")
+        return row_cap()
     if packed is None or rows <= PACKED_MAX_ROWS:
         return row_cap()
     key = (tuple(weight.shape), weight.dtype, rows, torch.get_num_threads())
@@ -147,8 +156,6 @@ def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
     set_row_cap(*_calibrated[key])
     return row_cap()
 
-
-_calibrated: dict[tuple, tuple[int, str]] = {}
 
 
 def _measure(weight: torch.Tensor, packed: torch.Tensor, rows: int) -> tuple[int, str]:

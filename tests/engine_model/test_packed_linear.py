@@ -143,3 +143,12 @@ def test_the_real_model_packs_on_cpu_and_keeps_its_greedy_text():
     assert not pl.is_packed(plain.model.layers[0].qkv_proj)
     ids = packed.tokenizer.encode("The capital of France is")
     assert generate(packed_runner, ids, 24) == generate(plain_runner, ids, 24)
+
+
+def test_the_operator_can_fix_the_cap(restored_cap, monkeypatch):
+    weight = torch.randn(64, 32)
+    monkeypatch.setenv(pl.ROWS_ENV, "100")
+    assert pl.calibrate_row_cap(weight, 4096) == (100, f"up to 100 rows ({pl.ROWS_ENV})")
+    monkeypatch.setenv(pl.ROWS_ENV, "many")
+    with pytest.raises(ValueError, match="whole number"):
+        pl.calibrate_row_cap(weight, 4096)
