@@ -108,6 +108,7 @@ def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
     weight = torch.randn(768, 256)
     assert pl.pack_weight(weight, batch_hint=64)
     try:
+        pl.set_row_cap(pl.PACKED_MAX_ROWS, "default")
         assert pl.calibrate_row_cap(weight, 256)[0] == pl.PACKED_MAX_ROWS  # within the default
         rows, why = pl.calibrate_row_cap(weight, 1024)
         packed, dense = (float(v) for v in re.search(r"packed (\d+) ms, sgemm (\d+) ms",
