@@ -88,8 +88,8 @@ class ModelRunner:
             f"attention {'C++ kernel' if self.compiled.cpu_prompt_kernel else 'SDPA'}")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
         packed, why = c.resolved_pack_weights()
-        threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why}"
-        threads += f"; {row_cap()[1]})" if packed else ")"
+        cap = f"; {row_cap()[1]}" if packed else ""
+        threads += f", {'oneDNN-packed' if packed else 'plain'} weights ({why}{cap})"
         return (f"{self.device.type} {c.dtype} ({c.dtype_reason}), {threads}, "
                 f"{self.model.ops.name}, "
                 f"decode graphs: {graphs}, compiled decode step: {compiled} "

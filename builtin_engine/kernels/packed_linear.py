@@ -73,7 +73,7 @@ def is_packed(weight: torch.Tensor) -> bool:
 
 # Above this many rows the packed copy may stop paying: the GEMM's own reorder is amortised
 # over the rows. Which side wins a long prefill step depends on the CPU: at 2048 rows MKL's
-# sgemm measured 1.3x faster on a Zen 2 host, and the packed copy 1.13x faster on a Zen 1
+# sgemm measured 1.3x faster on a Zen 2 host, and the packed copy 1.14-1.15x faster on a Zen 1
 # host, so `calibrate_row_cap` times both at load and raises the cap where packed wins.
 PACKED_MAX_ROWS = 512
 _row_cap = {"rows": PACKED_MAX_ROWS, "why": f"up to {PACKED_MAX_ROWS} rows (default)"}
@@ -87,6 +87,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if (packed is None or x.dtype != weight.dtype or x.shape[0] > _row_cap["rows"]
             or packed.shape != weight.shape):
         return F.linear(x, weight)
+    return _packed_mm(x, packed)
+
+
+def _packed_mm(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
@@ -141,13 +145,13 @@ def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
     """Time the packed copy of `weight` against F.linear at `rows` rows (the largest step the
     engine schedules) and take the packed copy for every row count where it is as fast; a
     weight without a packed copy, or `rows` within the default cap, changes nothing."""
-    packed = _PACKED.get(weight.data_ptr())
     forced = os.environ.get(ROWS_ENV, "").strip()
     if forced:  # the operator's choice (and an A/B switch for benchmarks): no measuring
         if not forced.isdigit():
             raise ValueError(f"{ROWS_ENV}={forced!r}: expected a whole number of rows")
         set_row_cap(int(forced), f"up to {forced} rows ({ROWS_ENV})")
         return row_cap()
+    packed = _PACKED.get(weight.data_ptr())
     if packed is None or rows <= PACKED_MAX_ROWS:
         return row_cap()
     key = (tuple(weight.shape), weight.dtype, rows, torch.get_num_threads())
@@ -157,13 +161,11 @@ def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
     return row_cap()
 
 
-
 def _measure(weight: torch.Tensor, packed: torch.Tensor, rows: int) -> tuple[int, str]:
     x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
     with torch.inference_mode():
         dense = _median_ms(lambda: F.linear(x, weight))
-        blocked = _median_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none",
-                                                                        [], ""))
+        blocked = _median_ms(lambda: _packed_mm(x, packed))
     measured = f"at {rows} rows packed {blocked:.0f} ms, sgemm {dense:.0f} ms"
     cap = rows if blocked <= dense else PACKED_MAX_ROWS
     return cap, f"up to {cap} rows: {measured}"

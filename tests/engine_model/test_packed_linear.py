@@ -76,7 +76,6 @@ def test_the_op_inside_a_compiled_graph_uses_the_packed_copy():
         pl.unpack_weight(weight)
 
 
-
 @pytest.fixture
 def restored_cap():
     rows, why = pl.row_cap()
@@ -122,6 +121,7 @@ def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
         pl.unpack_weight(weight)
     unpacked = torch.randn(64, 32)
     assert pl.calibrate_row_cap(unpacked, 4096) == pl.row_cap()  # no packed copy: unchanged
+
 
 def _runner(pack: bool):
     from builtin_engine.model_runner import ModelRunner
