@@ -144,14 +144,15 @@ def _median_ms(fn, repeats: int = 3) -> float:
 def calibrate_row_cap(weight: torch.Tensor, rows: int) -> tuple[int, str]:
     """Time the packed copy of `weight` against F.linear at `rows` rows (the largest step the
     engine schedules) and take the packed copy for every row count where it is as fast; a
-    weight without a packed copy, or `rows` within the default cap, changes nothing."""
+    weight without a packed copy (a quantized one is not a tensor), or `rows` within the default
+    cap, changes nothing."""
     forced = os.environ.get(ROWS_ENV, "").strip()
     if forced:  # the operator's choice (and an A/B switch for benchmarks): no measuring
         if not forced.isdigit():
             raise ValueError(f"{ROWS_ENV}={forced!r}: expected a whole number of rows")
         set_row_cap(int(forced), f"up to {forced} rows ({ROWS_ENV})")
         return row_cap()
-    packed = _PACKED.get(weight.data_ptr())
+    packed = _PACKED.get(weight.data_ptr()) if isinstance(weight, torch.Tensor) else None
     if packed is None or rows <= PACKED_MAX_ROWS:
         return row_cap()
     key = (tuple(weight.shape), weight.dtype, rows, torch.get_num_threads())

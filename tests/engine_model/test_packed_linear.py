@@ -123,6 +123,12 @@ def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
     assert pl.calibrate_row_cap(unpacked, 4096) == pl.row_cap()  # no packed copy: unchanged
 
 
+def test_a_quantized_weight_leaves_the_cap_as_it_is(restored_cap):
+    from builtin_engine.quantization import Int8Weight
+    before = pl.row_cap()
+    assert pl.calibrate_row_cap(Int8Weight.quantize(torch.randn(64, 32)), 4096) == before
+
+
 def _runner(pack: bool):
     from builtin_engine.model_runner import ModelRunner
     cfg = EngineConfig(model="smollm2-135m-instruct", dtype="float32", pack_weights=pack,
