@@ -45,6 +45,7 @@ from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
 from .kernels.cpu_decode_attention import cpu_decode_attention_available
 from .kernels.cpu_prefill_attention import cpu_prefill_attention_serves
+from .kernels.cpu_prefill_attention_amx import amx_prefill_available
 from .kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
                                           prefill_attention_op, store_kv_op)
 from .kernels.rotary import _rotate as rotary
@@ -148,10 +149,14 @@ def _cpu_kernel(kv_caches) -> bool:
     return kv_caches[0][0].device.type == "cpu" and cpu_decode_attention_available()
 
 
-def _cpu_prompt_kernel(model, kv_caches) -> bool:
-    """Prompt attention by the C++ kernel (inside `prefill_attention_op`): built here, before
-    warm-up, rather than at the first mixed step."""
-    return cpu_prefill_attention_serves(kv_caches[0][0], model.cfg.head_dim)
+def _cpu_prompt_kernel(model, kv_caches) -> str | None:
+    """Which C++ kernel runs prompt attention (inside `prefill_attention_op`), None for SDPA:
+    built here, before warm-up, rather than at the first mixed step."""
+    k_cache = kv_caches[0][0]
+    if not cpu_prefill_attention_serves(k_cache, model.cfg.head_dim):
+        return None
+    tiles = k_cache.dtype == torch.bfloat16 and amx_prefill_available()
+    return "C++ kernel (AMX tiles)" if tiles else "C++ kernel"
 
 
 def _mark_dynamic(*tensors: torch.Tensor) -> None:

@@ -85,7 +85,7 @@ class ModelRunner:
         compiled = "off" if self.compiled is None else (
             f"inductor, warm-up {self.compiled.warm_up_s:.0f}s, decode attention "
             f"{'C++ kernel' if self.compiled.consts['cpu_kernel'] else 'traced'}, prompt "
-            f"attention {'C++ kernel' if self.compiled.cpu_prompt_kernel else 'SDPA'}")
+            f"attention {self.compiled.cpu_prompt_kernel or 'SDPA'}")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
         packed, why = c.resolved_pack_weights()
         cap = f"; {row_cap()[1]}" if packed else ""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from .cpu_extension import AVX512_HELPERS, load_extension
+from .cpu_prefill_attention_amx import amx_prefill_attention, amx_prefill_serves
 
 _SOURCE = AVX512_HELPERS + r"""
 #include <torch/extension.h>
@@ -279,7 +280,11 @@ def cpu_prefill_attention_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
 def cpu_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           block_tables: torch.Tensor, query_starts: torch.Tensor,
                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context."""
+    """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (on
+    AMX tiles for bfloat16 where the CPU has them: kernels/cpu_prefill_attention_amx.py)."""
+    if amx_prefill_serves(k_cache, q):
+        return amx_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
+                                     scale)
     return _extension().prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
                                           seq_lens, scale)
 
