@@ -110,7 +110,7 @@ def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
         pl.set_row_cap(pl.PACKED_MAX_ROWS, "default")
         assert pl.calibrate_row_cap(weight, 256)[0] == pl.PACKED_MAX_ROWS  # within the default
         rows, why = pl.calibrate_row_cap(weight, 1024)
-        packed, dense = (float(v) for v in re.search(r"packed (\d+) ms, sgemm (\d+) ms",
+        packed, dense = (float(v) for v in re.search(r"packed ([\d.]+) ms, unpacked ([\d.]+) ms",
                                                       why).groups())
         assert rows == (1024 if packed < dense else pl.PACKED_MAX_ROWS) or packed == dense
         assert pl.row_cap() == (rows, why)
