@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_extension import AVX512_HELPERS, load_extension
+from .cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
 from .cpu_prefill_attention_amx import amx_prefill_attention, amx_prefill_serves
 
-_SOURCE = AVX512_HELPERS + r"""
+_SOURCE = AVX512_HELPERS + PROMPT_RUNS + r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -224,33 +224,17 @@ static void prefill(const float* q, const T* kc, const T* vc, const int* tables,
 torch::Tensor prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                 torch::Tensor block_tables, torch::Tensor query_starts,
                                 torch::Tensor seq_lens, double scale) {
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4, "q [T, Hq, D], caches [N, bs, Hk, D]");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
-  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "K and V caches differ in dtype");
+  const PromptRuns r = prompt_runs(q, k_cache, v_cache, block_tables, query_starts, seq_lens);
   const int64_t heads = q.size(1), dim = q.size(2);
   const int64_t bs = k_cache.size(1), kv_heads = k_cache.size(2);
-  TORCH_CHECK(heads % kv_heads == 0 && k_cache.size(3) == dim, "head shapes disagree");
   auto qf = q.to(torch::kFloat).contiguous();
-  auto tables = block_tables.to(torch::kInt).contiguous();
-  auto starts = query_starts.to(torch::kInt).contiguous();
-  auto lens = seq_lens.to(torch::kInt).contiguous();
-  const int64_t runs = lens.size(0);
-  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == runs && starts.size(0) == runs + 1,
-              "one table row and one query start per run, plus the end");
-  const int* st = starts.data_ptr<int>();
-  const int* ln = lens.data_ptr<int>();
-  TORCH_CHECK(st[0] == 0 && st[runs] == q.size(0), "query starts must cover q");
-  for (int64_t s = 0; s < runs; ++s) {
-    const int64_t q_len = st[s + 1] - st[s];
-    TORCH_CHECK(q_len >= 1 && ln[s] >= q_len, "a run needs query rows within its context");
-    TORCH_CHECK((ln[s] + bs - 1) / bs <= tables.size(1), "a run's context exceeds its table");
-  }
   auto out = torch::empty({q.size(0), heads, dim}, qf.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k_cache.scalar_type(), "prefill", [&] {
     auto run = dim == 64 ? prefill<scalar_t, 64> : dim == 128 ? prefill<scalar_t, 128>
                                                                 : prefill<scalar_t, 0>;
     run(qf.data_ptr<float>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
-        tables.data_ptr<int>(), st, ln, out.data_ptr<float>(), runs, tables.size(1), bs,
+        r.tables.data_ptr<int>(), r.starts.data_ptr<int>(), r.lens.data_ptr<int>(),
+        out.data_ptr<float>(), r.count, r.tables.size(1), bs,
         kv_heads, heads / kv_heads, dim, static_cast<float>(scale));
   });
   return out.to(q.scalar_type());
@@ -282,7 +266,7 @@ def cpu_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (on
     AMX tiles for bfloat16 where the CPU has them: kernels/cpu_prefill_attention_amx.py)."""
-    if amx_prefill_serves(k_cache, q):
+    if q.dtype == k_cache.dtype and amx_prefill_serves(k_cache, q.shape[-1]):
         return amx_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
                                      scale)
     return _extension().prefill_attention(q, k_cache, v_cache, block_tables, query_starts,

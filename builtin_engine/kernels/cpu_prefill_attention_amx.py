@@ -1,6 +1,6 @@
 """Causal prompt attention over the paged cache on AMX tiles (bfloat16), for CPUs with AMX.
 
-    if amx_prefill_serves(k_cache, q):              # bfloat16, AMX CPU, head size % 32 == 0
+    if amx_prefill_serves(k_cache, head_dim):       # bfloat16, AMX CPU, head size % 32 == 0
         out = amx_prefill_attention(q, k_cache, v_cache, tables, query_starts, seq_lens, scale)
 
 The same contract as kernels/cpu_prefill_attention.py (run i owns the query rows
@@ -27,9 +27,9 @@ import os
 
 import torch
 
-from .cpu_extension import AVX512_HELPERS, load_extension
+from .cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
 
-_SOURCE = AVX512_HELPERS + r"""
+_SOURCE = AVX512_HELPERS + PROMPT_RUNS + r"""
 #include <ATen/native/CPUBlas.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -140,31 +140,18 @@ static void tile_task(const bf16* q, const uint32_t* kp, const uint32_t* vp, int
 torch::Tensor prefill_attention_amx(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                     torch::Tensor block_tables, torch::Tensor query_starts,
                                     torch::Tensor seq_lens, double scale) {
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4, "q [T, Hq, D], caches [N, bs, Hk, D]");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16 &&
               v_cache.scalar_type() == at::kBFloat16, "the AMX kernel takes bfloat16 only");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
+  const PromptRuns r = prompt_runs(q, k_cache, v_cache, block_tables, query_starts, seq_lens);
   const int64_t heads = q.size(1), dim = q.size(2);
   const int64_t bs = k_cache.size(1), kv_heads = k_cache.size(2);
-  TORCH_CHECK(heads % kv_heads == 0 && k_cache.size(3) == dim, "head shapes disagree");
   TORCH_CHECK(dim % 32 == 0, "head size must be a multiple of 32");
   auto qc = q.contiguous();
-  auto tables = block_tables.to(torch::kInt).contiguous();
-  auto starts = query_starts.to(torch::kInt).contiguous();
-  auto lens = seq_lens.to(torch::kInt).contiguous();
-  const int64_t runs = lens.size(0), width = tables.size(1), group = heads / kv_heads;
-  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == runs && starts.size(0) == runs + 1,
-              "one table row and one query start per run, plus the end");
-  const int* st = starts.data_ptr<int>();
-  const int* ln = lens.data_ptr<int>();
-  TORCH_CHECK(st[0] == 0 && st[runs] == q.size(0), "query starts must cover q");
+  const int64_t runs = r.count, width = r.tables.size(1), group = heads / kv_heads;
+  const int* st = r.starts.data_ptr<int>();
+  const int* ln = r.lens.data_ptr<int>();
   std::vector<int64_t> offset(runs + 1, 0);  // each run's first chunk in the packed buffers
-  for (int64_t s = 0; s < runs; ++s) {
-    const int64_t q_len = st[s + 1] - st[s];
-    TORCH_CHECK(q_len >= 1 && ln[s] >= q_len, "a run needs query rows within its context");
-    TORCH_CHECK((ln[s] + bs - 1) / bs <= width, "a run's context exceeds its table");
-    offset[s + 1] = offset[s] + (ln[s] + kChunk - 1) / kChunk;
-  }
+  for (int64_t s = 0; s < runs; ++s) offset[s + 1] = offset[s] + (ln[s] + kChunk - 1) / kChunk;
   auto out = torch::empty_like(qc);
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   const int64_t chunk_words = kChunk * dim / 2;  // one chunk of K^T (or of V) in 32-bit words
@@ -174,7 +161,7 @@ torch::Tensor prefill_attention_amx(torch::Tensor q, torch::Tensor k_cache, torc
   uint32_t* vpp = reinterpret_cast<uint32_t*>(vp.data_ptr<int>());
   const bf16* kc = k_cache.data_ptr<bf16>();
   const bf16* vc = v_cache.data_ptr<bf16>();
-  const int* tb = tables.data_ptr<int>();
+  const int* tb = r.tables.data_ptr<int>();
   const bf16* qp = qc.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
   std::vector<int64_t> tasks;  // (run, kv head, first query token), flattened
@@ -240,9 +227,11 @@ def amx_prefill_available() -> bool:
     return module is not None and module.amx_ready()
 
 
-def amx_prefill_serves(k_cache: torch.Tensor, q: torch.Tensor) -> bool:
+def amx_prefill_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
+    """Whether prompt attention over this cache runs on the tiles (the op and the start-up
+    line both ask this)."""
     return (k_cache.device.type == "cpu" and k_cache.dtype == torch.bfloat16
-            and q.dtype == torch.bfloat16 and q.shape[-1] % 32 == 0 and amx_prefill_available())
+            and head_dim % 32 == 0 and amx_prefill_available())
 
 
 def amx_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
