@@ -45,7 +45,7 @@ from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
 from .kernels.cpu_decode_attention import cpu_decode_attention_available
 from .kernels.cpu_prefill_attention import cpu_prefill_attention_serves
-from .kernels.cpu_prefill_attention_amx import amx_prefill_serves
+from .kernels.cpu_prefill_attention_bf16 import bf16_prefill_engine, bf16_prefill_serves
 from .kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
                                           prefill_attention_op, store_kv_op)
 from .kernels.rotary import _rotate as rotary
@@ -155,8 +155,9 @@ def _cpu_prompt_kernel(model, kv_caches) -> str | None:
     k_cache = kv_caches[0][0]
     if not cpu_prefill_attention_serves(k_cache, model.cfg.head_dim):
         return None
-    tiles = amx_prefill_serves(k_cache, model.cfg.head_dim)
-    return "C++ kernel (AMX tiles)" if tiles else "C++ kernel"
+    if bf16_prefill_serves(k_cache, model.cfg.head_dim):
+        return f"C++ kernel ({bf16_prefill_engine()})"
+    return "C++ kernel"
 
 
 def _mark_dynamic(*tensors: torch.Tensor) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from .cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
-from .cpu_prefill_attention_amx import amx_prefill_attention, amx_prefill_serves
+from .cpu_prefill_attention_bf16 import bf16_prefill_attention, bf16_prefill_serves
 
 _SOURCE = AVX512_HELPERS + PROMPT_RUNS + r"""
 #include <torch/extension.h>
@@ -264,11 +264,12 @@ def cpu_prefill_attention_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
 def cpu_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           block_tables: torch.Tensor, query_starts: torch.Tensor,
                           seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (on
-    AMX tiles for bfloat16 where the CPU has them: kernels/cpu_prefill_attention_amx.py)."""
-    if q.dtype == k_cache.dtype and amx_prefill_serves(k_cache, q.shape[-1]):
-        return amx_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
-                                     scale)
+    """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (in
+    bfloat16 products for bfloat16 caches on AVX512-BF16 and AMX CPUs:
+    kernels/cpu_prefill_attention_bf16.py)."""
+    if q.dtype == k_cache.dtype and bf16_prefill_serves(k_cache, q.shape[-1]):
+        return bf16_prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
+                                      seq_lens, scale)
     return _extension().prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
                                           seq_lens, scale)
 

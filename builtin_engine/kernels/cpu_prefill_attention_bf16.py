@@ -1,24 +1,35 @@
-"""Causal prompt attention over the paged cache on AMX tiles (bfloat16), for CPUs with AMX.
+"""Causal prompt attention over the paged cache in bfloat16 products: AMX tiles where the CPU
+has them, AVX512-BF16 dot products elsewhere.
 
-    if amx_prefill_serves(k_cache, head_dim):       # bfloat16, AMX CPU, head size % 32 == 0
-        out = amx_prefill_attention(q, k_cache, v_cache, tables, query_starts, seq_lens, scale)
+    if bf16_prefill_serves(k_cache, head_dim):      # bfloat16 cache, AVX512-BF16 CPU
+        out = bf16_prefill_attention(q, k_cache, v_cache, tables, query_starts, seq_lens, scale)
+    bf16_prefill_engine()                           # "AMX tiles" | "AVX512-BF16 dot products"
 
 The same contract as kernels/cpu_prefill_attention.py (run i owns the query rows
 q[query_starts[i]:query_starts[i + 1]], the last of its seq_lens[i] context tokens), but the two
-products of attention run as tile matrix multiplies through ATen's `cpublas::brgemm` (oneDNN's
-AMX micro-kernel, bfloat16 in, float32 out), and only the softmax runs on vector lanes:
+products of attention take bfloat16 in and sum in float32, and only the softmax runs on
+float32 vector lanes:
 
 1. each (run, KV head) has its context packed once, in chunks of 64 keys, into the layouts
-   the tiles read (VNNI: pairs of bfloat16 side by side): K^T as [D/2, 64] pairs of
-   dimensions, V as [32, D] pairs of keys; the chunk past the context is zeros;
+   both product engines read (VNNI: pairs of bfloat16 side by side in one 32-bit word): K^T
+   as [D/2, 64] pairs of dimensions, V as [32, D] pairs of keys; the chunk past the context
+   is zeros;
 2. each (run, KV head, tile of 32 query tokens) multiplies its 32 x group query rows by a
    chunk's K^T (scores in float32), takes an online softmax over the visible keys (scaled
    here, in float32, so the queries are used as stored), and adds P (rounded to bfloat16, as
    SDPA's CPU flash kernel does) times the chunk's V to its float32 accumulator.
 
-Why: the AVX-512 kernel does both products with float32 FMAs (~60 GF/s on two cores); prompt
-attention was ~45% of a 2,048-token step of five 400-token prompts. The tiles do the products
-~an order of magnitude faster, so the softmax's exp is what is left.
+The products run as tile matrix multiplies through ATen's `cpublas::brgemm` (oneDNN's AMX
+micro-kernel) on AMX CPUs; elsewhere (AVX512-BF16 without AMX: Zen 4, Zen 5, Cooper Lake) as
+register-blocked `vdpbf16ps` micro-kernels over the same layouts: a 32-bit broadcast of a
+query (or P) pair times one packed vector of 16 keys (or 16 dimensions), four rows sharing
+each load, 32 multiply-adds an instruction against the 16 of the float32 kernel, and no
+per-tile transposes (the context is packed once per run and head, not once per tile).
+
+Why: the float32 AVX-512 kernel transposes every block it reads and multiplies with float32
+FMAs: on 2 Zen 5 cores a 768-token prompt took 100 ms of a 320 ms step (~200 GF/s against
+~1 TF/s of the projections' bfloat16 GEMMs); on AMX prompt attention was ~45% of a
+2,048-token step of five 400-token prompts before the tiles.
 """
 from __future__ import annotations
 
@@ -107,7 +118,87 @@ static void softmax_chunk(const float* sc, const int64_t* visible, int64_t rows,
   }
 }
 
-static void tile_task(const bf16* q, const uint32_t* kp, const uint32_t* vp, int64_t prefix,
+// The products without tiles (AVX512-BF16's vdpbf16ps on the same packed layouts): R rows
+// at a time share each packed vector they load; a row's pair of bfloat16 is one 32-bit
+// broadcast. scores: sc[r][0..64) = q[r] . K^T chunk (overwritten).
+template <int R>
+static inline void scores_rows(const bf16* q, int64_t dim, const uint32_t* kp, float* sc) {
+  constexpr int V = kChunk / 16;
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < V; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t half = dim / 2;
+  for (int64_t p = 0; p < half; ++p) {
+    __m512bh k[V];
+    for (int c = 0; c < V; ++c) k[c] = (__m512bh)_mm512_loadu_si512(kp + p * kChunk + 16 * c);
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, q + r * dim + 2 * p, sizeof(pair));
+      const __m512bh qr = (__m512bh)_mm512_set1_epi32(pair);
+      for (int c = 0; c < V; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qr, k[c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < V; ++c) _mm512_storeu_ps(sc + r * kChunk + 16 * c, acc[r][c]);
+}
+
+// acc[r][0..DIM) += P[r][0..64) x V chunk (pairs of keys).
+template <int R, int DIM>
+static inline void values_rows(const bf16* p, const uint32_t* vp, float* acc) {
+  constexpr int VD = DIM / 16;
+  __m512 a[R][VD];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < VD; ++c) a[r][c] = _mm512_loadu_ps(acc + r * DIM + 16 * c);
+  for (int64_t jj = 0; jj < kChunk / 2; ++jj) {
+    __m512bh v[VD];
+    for (int c = 0; c < VD; ++c) v[c] = (__m512bh)_mm512_loadu_si512(vp + jj * DIM + 16 * c);
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, p + r * kChunk + 2 * jj, sizeof(pair));
+      const __m512bh w = (__m512bh)_mm512_set1_epi32(pair);
+      for (int c = 0; c < VD; ++c) a[r][c] = _mm512_dpbf16_ps(a[r][c], w, v[c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < VD; ++c) _mm512_storeu_ps(acc + r * DIM + 16 * c, a[r][c]);
+}
+
+static void scores_product(bool tiles, int64_t rows, int64_t dim, const bf16* q,
+                           const uint32_t* kp, float* sc) {
+  if (tiles) {
+    cpublas::brgemm(rows, kChunk, dim, dim, kChunk, kChunk, false, q,
+                    reinterpret_cast<const bf16*>(kp), sc);
+    return;
+  }
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) scores_rows<4>(q + r * dim, dim, kp, sc + r * kChunk);
+  for (; r < rows; ++r) scores_rows<1>(q + r * dim, dim, kp, sc + r * kChunk);
+}
+
+template <int DIM>
+static void values_by_dim(int64_t rows, const bf16* p, const uint32_t* vp, float* acc) {
+  constexpr int R = DIM > 64 ? 2 : 4;  // R x DIM / 16 accumulators: 16 of the 32 registers
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) values_rows<R, DIM>(p + r * kChunk, vp, acc + r * DIM);
+  for (; r < rows; ++r) values_rows<1, DIM>(p + r * kChunk, vp, acc + r * DIM);
+}
+
+static void values_product(bool tiles, int64_t rows, int64_t dim, const bf16* p,
+                           const uint32_t* vp, float* acc) {
+  if (tiles) {
+    cpublas::brgemm(rows, dim, kChunk, kChunk, dim, dim, true, p,
+                    reinterpret_cast<const bf16*>(vp), acc);
+    return;
+  }
+  switch (dim) {  // bf16_prefill_serves admits only these without tiles
+    case 32: return values_by_dim<32>(rows, p, vp, acc);
+    case 64: return values_by_dim<64>(rows, p, vp, acc);
+    case 128: return values_by_dim<128>(rows, p, vp, acc);
+    default: TORCH_CHECK(false, "head size ", dim, " needs AMX tiles");
+  }
+}
+
+static void tile_task(bool tiles, const bf16* q, const uint32_t* kp, const uint32_t* vp, int64_t prefix,
                       int64_t t0, int64_t tokens, int64_t h, int64_t group, int64_t heads,
                       int64_t dim, float scale, bf16* qbuf, float* sc, bf16* p, float* acc,
                       float* peak, float* total, int64_t* visible, bf16* out) {
@@ -123,11 +214,9 @@ static void tile_task(const bf16* q, const uint32_t* kp, const uint32_t* vp, int
   for (int64_t c = 0; c * kChunk < kv_end; ++c) {
     for (int64_t r = 0; r < rows; ++r)
       visible[r] = std::min(kChunk, prefix + t0 + r / group + 1 - c * kChunk);
-    cpublas::brgemm(rows, kChunk, dim, dim, kChunk, kChunk, false, qbuf,
-                    reinterpret_cast<const bf16*>(kp + c * half * kChunk), sc);
+    scores_product(tiles, rows, dim, qbuf, kp + c * half * kChunk, sc);
     softmax_chunk(sc, visible, rows, dim, scale, p, acc, peak, total);
-    cpublas::brgemm(rows, dim, kChunk, kChunk, dim, dim, true, p,
-                    reinterpret_cast<const bf16*>(vp + c * (kChunk / 2) * dim), acc);
+    values_product(tiles, rows, dim, p, vp + c * (kChunk / 2) * dim, acc);
   }
   for (int64_t r = 0; r < rows; ++r) {
     bf16* o = out + (t0 + r / group) * heads * dim + (h * group + r % group) * dim;
@@ -137,11 +226,11 @@ static void tile_task(const bf16* q, const uint32_t* kp, const uint32_t* vp, int
 }
 #endif
 
-torch::Tensor prefill_attention_amx(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+torch::Tensor prefill_attention_bf16(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                     torch::Tensor block_tables, torch::Tensor query_starts,
                                     torch::Tensor seq_lens, double scale) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16 &&
-              v_cache.scalar_type() == at::kBFloat16, "the AMX kernel takes bfloat16 only");
+              v_cache.scalar_type() == at::kBFloat16, "the bfloat16 prompt kernel takes bfloat16 only");
   const PromptRuns r = prompt_runs(q, k_cache, v_cache, block_tables, query_starts, seq_lens);
   const int64_t heads = q.size(1), dim = q.size(2);
   const int64_t bs = k_cache.size(1), kv_heads = k_cache.size(2);
@@ -170,6 +259,7 @@ torch::Tensor prefill_attention_amx(torch::Tensor q, torch::Tensor k_cache, torc
       for (int64_t h = 0; h < kv_heads; ++h) tasks.insert(tasks.end(), {s, h, t0});
   const int64_t num_tasks = static_cast<int64_t>(tasks.size()) / 3;
   const float sc_scale = static_cast<float>(scale);
+  const bool tiles = amx_ready();
 #pragma omp parallel num_threads(at::get_num_threads())
   {
 #pragma omp for schedule(dynamic, 1)
@@ -191,52 +281,57 @@ torch::Tensor prefill_attention_amx(torch::Tensor q, torch::Tensor k_cache, torc
       const int64_t s = task[0], h = task[1], t0 = task[2];
       const int64_t q_len = st[s + 1] - st[s];
       const int64_t first = (offset[s] * kv_heads + h * (offset[s + 1] - offset[s])) * chunk_words;
-      tile_task(qp + st[s] * heads * dim, kpp + first, vpp + first, ln[s] - q_len, t0,
+      tile_task(tiles, qp + st[s] * heads * dim, kpp + first, vpp + first, ln[s] - q_len, t0,
                 std::min(kTile, q_len - t0), h, group, heads, dim, sc_scale, qbuf.data(),
                 sc.data(), p.data(), acc.data(), peak.data(), total.data(), visible.data(),
                 op + st[s] * heads * dim);
     }
-    cpublas::brgemm_release();
+    if (tiles) cpublas::brgemm_release();
   }
 #else
-  TORCH_CHECK(false, "the AMX kernel needs an AVX512-BF16 build");
+  TORCH_CHECK(false, "the bfloat16 prompt kernel needs an AVX512-BF16 build");
 #endif
   return out;
 }
 """
 
 
-DISABLE_ENV = "INFERPLANE_AMX_ATTENTION"
+DISABLE_ENV = "INFERPLANE_BF16_ATTENTION"  # "0" keeps the float32 AVX-512 prompt kernel
+VECTOR_HEAD_DIMS = (32, 64, 128)  # head sizes of the vdpbf16ps path (tiles: any multiple of 32)
 
 
 def _extension():
-    return load_extension("inferplane_cpu_prefill_attention_amx", _SOURCE,
-                          ("prefill_attention_amx", "amx_ready"))
+    return load_extension("inferplane_cpu_prefill_attention_bf16", _SOURCE,
+                          ("prefill_attention_bf16", "amx_ready"))
 
 
 @functools.cache
-def amx_prefill_available() -> bool:
-    """Whether this CPU has AMX bfloat16 tiles and the kernel builds (INFERPLANE_AMX_ATTENTION=0
-    keeps the AVX-512 kernel instead)."""
+def bf16_prefill_engine() -> str | None:
+    """What runs the products on this CPU: "AMX tiles", "AVX512-BF16 dot products", or None
+    (no AVX512-BF16, the kernel does not build, or INFERPLANE_BF16_ATTENTION=0)."""
     from ..device_defaults import cpu_flags
     if os.environ.get(DISABLE_ENV, "").strip() == "0":
-        return False
-    if "amx_bf16" not in cpu_flags() or "avx512f" not in cpu_flags():
-        return False
+        return None
+    if "avx512_bf16" not in cpu_flags() and "amx_bf16" not in cpu_flags():
+        return None
     module = _extension()
-    return module is not None and module.amx_ready()
+    if module is None:
+        return None
+    return "AMX tiles" if module.amx_ready() else "AVX512-BF16 dot products"
 
 
-def amx_prefill_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
-    """Whether prompt attention over this cache runs on the tiles (the op and the start-up
-    line both ask this)."""
-    return (k_cache.device.type == "cpu" and k_cache.dtype == torch.bfloat16
-            and head_dim % 32 == 0 and amx_prefill_available())
+def bf16_prefill_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
+    """Whether prompt attention over this cache runs here (the op and the start-up line both
+    ask this)."""
+    if k_cache.device.type != "cpu" or k_cache.dtype != torch.bfloat16 or head_dim % 32:
+        return False
+    engine = bf16_prefill_engine()
+    return engine == "AMX tiles" or (engine is not None and head_dim in VECTOR_HEAD_DIMS)
 
 
-def amx_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
-                          scale: float) -> torch.Tensor:
+def bf16_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
+                           scale: float) -> torch.Tensor:
     """q [T, Hq, D] bfloat16 -> [T, Hq, D]: causal attention of each run over its context."""
-    with torch.profiler.record_function("inferplane::cpu_prefill_attention_amx"):
-        return _extension().prefill_attention_amx(q, k_cache, v_cache, block_tables,
-                                                  query_starts, seq_lens, scale)
+    with torch.profiler.record_function("inferplane::cpu_prefill_attention_bf16"):
+        return _extension().prefill_attention_bf16(q, k_cache, v_cache, block_tables,
+                                                   query_starts, seq_lens, scale)
