@@ -49,15 +49,15 @@ def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
     the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup), in
     `workers` processes on one socket (limits shared through the supervisor's store)."""
     sys.path.insert(0, str(ROOT))
-    from builtin_engine.connections import listen_socket
+    from builtin_engine.connections import listen_sockets
 
-    sock = listen_socket("127.0.0.1", port)
+    socks = listen_sockets("127.0.0.1", port, workers)
     if workers > 1:
         from gateway.workers import serve_workers
-        sys.exit(serve_workers(workers, lambda: _serve_one(sock, engine_port, log_level,
-                                                          tracing, gc_freeze) or 0,
+        sys.exit(serve_workers(socks, lambda sock: _serve_one(sock, engine_port, log_level,
+                                                              tracing, gc_freeze) or 0,
                                shared_limits=True))
-    _serve_one(sock, engine_port, log_level, tracing, gc_freeze)
+    _serve_one(socks[0], engine_port, log_level, tracing, gc_freeze)
 
 
 def _serve_one(sock, engine_port: int, log_level: str, tracing: bool, gc_freeze: bool) -> None:

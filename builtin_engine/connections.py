@@ -15,7 +15,8 @@ content-length, or while a chunked body arrives), and a body that stalls for `bo
 is answered 408, both before the app runs. Every limit that is hit is logged (at most once per second per kind, with the
 count since the last line, so a flood does not flood the log). `raise_fd_limit()` lifts the
 soft RLIMIT_NOFILE to the hard one. `listen_socket(host, port)` binds the port up front, so a
-server finds a port in use before it loads anything, and keeps it until uvicorn serves on it.
+server finds a port in use before it loads anything, and keeps it until uvicorn serves on it;
+`listen_sockets(host, port, n)` binds n of them in one SO_REUSEPORT group, one per worker.
 """
 from __future__ import annotations
 
@@ -228,21 +229,58 @@ class PortInUse(OSError):
     """The address a server should listen on cannot be bound."""
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening socket for (host, port); PortInUse with a clear message otherwise.
-    Serve on it with `uvicorn.Server(config).run(sockets=[sock])`."""
+def _address(host: str, port: int):
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
         raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def _bound(host: str, port: int, reuse_port: bool, listen: bool = True) -> socket.socket:
+    family, kind, proto, _, address = _address(host, port)
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(address)
-        sock.listen(2048)
+        if listen:
+            sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror} (is another server "
                         "running there? choose another --port)") from None
     return sock
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening socket for (host, port); PortInUse with a clear message otherwise.
+    Serve on it with `uvicorn.Server(config).run(sockets=[sock])`."""
+    return _bound(host, port, reuse_port=False)
+
+
+def listen_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one (host, port), one per worker process::
+
+        socks = listen_sockets("0.0.0.0", 8000, 4)     # worker i serves on socks[i]
+
+    With count > 1 they form one SO_REUSEPORT group: the kernel spreads new connections over
+    them by a hash of the client's address and port. On one shared socket the worker that wakes
+    first accepts every pending connection of a burst, and the others idle through it.
+    The port is first bound without SO_REUSEPORT, so a port another server holds (even in a
+    reuseport group of its own) is still PortInUse rather than silently shared."""
+    if count == 1:
+        return [listen_socket(host, port)]
+    if not port:   # an ephemeral port: the group must share the one the first socket gets
+        raise ValueError("listen_sockets needs a fixed port for more than one socket")
+    _bound(host, port, reuse_port=False, listen=False).close()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(_bound(host, port, reuse_port=True))
+    except PortInUse:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks

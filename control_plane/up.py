@@ -96,14 +96,15 @@ def _server(app, settings: Settings) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-def _listen(settings: Settings):
-    """The server's socket, bound before anything loads; None (after saying why) when the
-    port is taken, so no engine starts and nothing claims to be ready."""
-    from builtin_engine.connections import PortInUse, listen_socket
+def _listen(settings: Settings, count: int = 1):
+    """The server's sockets (`count` of them, one per gateway worker), bound before anything
+    loads; None (after saying why) when the port is taken, so no engine starts and nothing
+    claims to be ready."""
+    from builtin_engine.connections import PortInUse, listen_sockets
 
     try:
-        return listen_socket(settings.host, settings.port)
-    except PortInUse as exc:
+        return listen_sockets(settings.host, settings.port, count)
+    except (PortInUse, ValueError) as exc:
         say(f"error: {exc}")
         return None
 
@@ -172,8 +173,8 @@ def run_up(settings: Settings, workers: int = 1) -> int:
     if workers > 1:   # the gateway in N processes, the control plane in this one
         from .up_workers import run_up_workers
         return run_up_workers(settings, workers)
-    sock = _listen(settings)
-    return 1 if sock is None else _run(_up(settings, sock))
+    socks = _listen(settings)
+    return 1 if socks is None else _run(_up(settings, socks[0]))
 
 
 async def _gateway(settings: Settings, sock, link=None) -> None:
@@ -202,14 +203,14 @@ async def _gateway(settings: Settings, sock, link=None) -> None:
 
 
 def run_gateway(settings: Settings, workers: int = 1) -> int:
-    sock = _listen(settings)
-    if sock is None:
+    socks = _listen(settings, workers)
+    if socks is None:
         return 1
     if workers > 1:   # limits stay exact: in Redis, or in one store the supervisor serves
         from gateway.workers import serve_workers
-        return serve_workers(workers, lambda: _run(_gateway(settings, sock)),
+        return serve_workers(socks, lambda sock: _run(_gateway(settings, sock)),
                              shared_limits=not settings.redis_url)
-    return _run(_gateway(settings, sock))
+    return _run(_gateway(settings, socks[0]))
 
 
 def _gateway_metrics(urls: list[str], registry):
@@ -285,5 +286,5 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
 
 
 def run_control_plane(settings: Settings) -> int:
-    sock = _listen(settings)
-    return 1 if sock is None else _run(_control_plane(settings, sock))
+    socks = _listen(settings)
+    return 1 if socks is None else _run(_control_plane(settings, socks[0]))

@@ -187,8 +187,8 @@ def run_up_workers(settings: Settings, workers: int) -> int:
     """Bind the public port, fork the worker supervisor, then run the control plane here."""
     from .up import _configure_logging, _engine_keys, _gateway, _listen, _run
 
-    sock = _listen(settings)
-    if sock is None:
+    socks = _listen(settings, workers)
+    if socks is None:
         return 1
     _configure_logging()
     _engine_keys(settings, create=True)   # a file: the workers inherit the secret
@@ -200,11 +200,12 @@ def run_up_workers(settings: Settings, workers: int) -> int:
 
         code = 1
         try:
-            code = serve_workers(workers, lambda: _run(_gateway(settings, sock, link)),
+            code = serve_workers(socks, lambda sock: _run(_gateway(settings, sock, link)),
                                  shared_limits=not settings.redis_url, replace=True)
         finally:
             os._exit(code)
-    sock.close()   # only the workers accept on the public port
+    for sock in socks:   # only the workers accept on the public port
+        sock.close()
     try:
         return _run(_control_plane(settings, _unix_socket(link.socket_path), pid, workers))
     finally:

@@ -1,10 +1,13 @@
-"""Worker processes for one gateway: N forked processes accept on one listening socket.
+"""Worker processes for one gateway: N forked processes, each accepting on its own socket.
 
-    sock = listen_socket(host, port)                       # bound once, before the fork
-    rc = serve_workers(4, lambda: serve_on(sock), shared_limits=redis_url is None)
+    socks = listen_sockets(host, port, 4)                  # bound before the fork
+    rc = serve_workers(socks, serve_on, shared_limits=redis_url is None)   # serve_on(sock)
 
-The kernel hands each new connection to one of the workers waiting on the inherited socket,
-so one gateway uses every core. Rate limits and budgets stay exact across the workers: with
+The sockets are one SO_REUSEPORT group (builtin_engine.connections.listen_sockets): the kernel
+hands each new connection to one of them by a hash of the client's address, so a burst is
+spread over the workers and one gateway uses every core. The supervisor keeps every socket
+open, so connections that reach a dead worker's socket wait in its backlog for the worker
+forked in its place. Rate limits and budgets stay exact across the workers: with
 Redis they already live there; without it (`shared_limits=True`) this supervising process
 serves the one store every worker's limiter talks to (gateway.limits.shared), through a unix
 socket bound before the fork so no worker can reach for it too early.
@@ -33,7 +36,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence, TypeVar
 
 from prometheus_client import multiprocess, values
 
@@ -43,21 +46,28 @@ from gateway.metrics import MULTIPROC_ENV
 log = logging.getLogger("inferplane.gateway")
 MIN_UPTIME_S = 5.0       # a replaced worker that lived less than this failed to start
 MAX_FAILED_STARTS = 3    # in a row: then the workers are stopped instead of replaced
+L = TypeVar("L")         # what a worker serves on: its socket
 
 
-def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: bool,
+def serve_workers(listeners: Sequence[L], serve_one: Callable[[L], int], shared_limits: bool,
                   replace: bool = False) -> int:
-    """Fork `workers` processes that each run `serve_one()`; supervise them until all exit.
-    With `replace`, a worker that dies is forked again (from this process, still clean)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    """Fork one process per listener that runs `serve_one(listener)`; supervise them until all
+    exit. With `replace`, a worker that dies is forked again on its listener (from this
+    process, still clean)."""
+    if not listeners:
+        raise ValueError("serve_workers needs at least one listener")
     store_dir = tempfile.mkdtemp(prefix="inferplane-limits-") if shared_limits else None
     store_sock = _store_socket(store_dir) if store_dir else None
     metrics_dir = _shared_metrics_dir()
-    pids = [_fork(serve_one, store_sock) for _ in range(workers)]
-    spawn = (lambda: _fork(serve_one, store_sock)) if replace else None
+    pids = {_fork(serve_one, store_sock, listener): listener for listener in listeners}
+
+    def spawn(ended: int) -> int:
+        listener = pids.pop(ended)
+        new = _fork(serve_one, store_sock, listener)
+        pids[new] = listener
+        return new
     try:
-        return asyncio.run(_supervise(pids, store_sock, spawn))
+        return asyncio.run(_supervise(list(pids), store_sock, spawn if replace else None))
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if store_dir:
@@ -66,8 +76,9 @@ def serve_workers(workers: int, serve_one: Callable[[], int], shared_limits: boo
                 os.rmdir(store_dir)
 
 
-def _fork(serve_one: Callable[[], int], store_sock: socket.socket | None) -> int:
-    """One worker; in the child `serve_one()` runs and the process exits with its status."""
+def _fork(serve_one: Callable[[L], int], store_sock: socket.socket | None, listener: L) -> int:
+    """One worker; in the child `serve_one(listener)` runs and the process exits with its
+    status."""
     pid = os.fork()
     if pid:
         return pid
@@ -80,7 +91,7 @@ def _fork(serve_one: Callable[[], int], store_sock: socket.socket | None) -> int
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if store_sock is not None:
             store_sock.close()
-        code = serve_one()
+        code = serve_one(listener)
     finally:
         os._exit(code)
 
@@ -106,7 +117,7 @@ def _store_socket(store_dir: str) -> socket.socket:
 
 
 async def _supervise(pids: list[int], store_sock: socket.socket | None,
-                     spawn: Callable[[], int] | None = None) -> int:
+                     spawn: Callable[[int], int] | None = None) -> int:
     owner = None
     if store_sock is not None:
         owner = LimitsOwner(store_sock.getsockname())
@@ -136,7 +147,7 @@ async def _supervise(pids: list[int], store_sock: socket.socket | None,
             # A worker that keeps dying at start would be forked forever: give up after a few.
             failed_starts = failed_starts + 1 if short_lived else 0
             if spawn is not None and failed_starts < MAX_FAILED_STARTS:
-                new = spawn()
+                new = spawn(pid)
                 live[new] = time.monotonic()
                 watch_exit(new, lambda code, pid=new: exits.put_nowait((pid, code)))
                 log.error("gateway worker %d exited with %d: started worker %d in its place",

@@ -162,7 +162,14 @@ def test_completions_invalid_body_is_400(stack):
 
 
 def test_no_ready_backend_is_503(stack):
-    _assert_openai_error(_post(stack, CHAT, {"model": "offline-model", "messages": QUESTION}), 503)
+    """Nothing listens at the configured backend: it is registered ready and gets a 502 until
+    its health probes count `failures_to_down` misses; from then on every request is a 503."""
+    body = {"model": "offline-model", "messages": QUESTION}
+    deadline = time.monotonic() + 30
+    while (resp := _post(stack, CHAT, body)).status_code == 502 and time.monotonic() < deadline:
+        assert resp.json()["error"]["code"] == "connect", resp.text
+        time.sleep(0.5)
+    assert _assert_openai_error(resp, 503)["code"] == "no_ready_backend"
 
 
 def test_health_endpoints(stack):

@@ -142,3 +142,47 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit():
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _accepted(sock: socket.socket) -> int:
+    """How many connections wait in `sock`'s backlog (accepted and closed here)."""
+    sock.setblocking(False)
+    count = 0
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def test_worker_sockets_share_a_burst_and_refuse_a_taken_port():
+    """`gateway --workers N` listens on N sockets of one SO_REUSEPORT group: a burst of new
+    connections reaches every socket (on one shared socket the first worker to wake took all of
+    it), and a port another server holds, plainly or in its own group, is PortInUse."""
+    from builtin_engine.connections import PortInUse, listen_socket, listen_sockets
+    from tests.conftest import free_port
+
+    port = free_port()
+    socks = listen_sockets("127.0.0.1", port, 2)
+    try:
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(32)]
+        time.sleep(0.2)
+        counts = [_accepted(sock) for sock in socks]
+        for client in clients:
+            client.close()
+        assert sum(counts) == 32 and min(counts) > 0, counts
+        with pytest.raises(PortInUse, match="is another server running there"):
+            listen_sockets("127.0.0.1", port, 2)   # the group is not joined by a second one
+        with pytest.raises(PortInUse):
+            listen_socket("127.0.0.1", port)
+    finally:
+        for sock in socks:
+            sock.close()
+    plain = listen_socket("127.0.0.1", port)
+    try:
+        with pytest.raises(PortInUse):
+            listen_sockets("127.0.0.1", port, 3)
+    finally:
+        plain.close()

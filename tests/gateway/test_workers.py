@@ -118,7 +118,7 @@ def test_replacing_gives_up_on_workers_that_die_at_start():
     """replace=True (`up --workers`) forks a dead worker again, but not forever: after
     MAX_FAILED_STARTS short-lived workers in a row the supervisor stops with their status."""
     program = ("import sys; from gateway.workers import serve_workers; "
-               "sys.exit(serve_workers(1, lambda: 3, shared_limits=False, replace=True))")
+               "sys.exit(serve_workers([None], lambda _: 3, shared_limits=False, replace=True))")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 3, done.stderr
