@@ -18,7 +18,7 @@ With AVX-512, 16-slot blocks, heads of 64 or 128 and 1-4 query heads a KV head
 (`attend_head16`), each (sequence, KV head) is one pass over its blocks with an online
 softmax: a block's 16 scores are 16 dot products folded by one transposing add tree (bfloat16
 caches multiply with AVX512-BF16's vdpbf16ps, no widening of the keys), its V rows are read
-while its K rows are still warm, and the rows of the block two ahead are prefetched, since
+while its K rows are still warm, and the rows of the block two ahead are prefetched into L2, since
 blocks lie anywhere in the cache and the hardware prefetcher cannot follow a block table. On
 2 AMX cores, batch 64 with contexts 16-560 in bfloat16 and K/V for 30 layers (so read from
 memory, as in a step): 1.66 -> 1.21 ms a layer (8.5 -> 11.7 GB/s of K/V); with one layer's
@@ -115,8 +115,8 @@ static inline void prefetch_rows(const T* p, int64_t slot) {
 
 // One KV head of one sequence (16-slot blocks, heads of DIM, GROUP query heads sharing it),
 // in a single pass over its blocks with an online softmax: each block's 16 scores come from
-// 16 dot products and one add tree, its K and V rows are read once, and the next block's rows
-// are prefetched (blocks lie anywhere in the cache: the hardware prefetcher cannot follow).
+// 16 dot products and one add tree, its K and V rows are read once, and the rows AHEAD blocks
+// on are prefetched (blocks lie anywhere in the cache: the hardware prefetcher cannot follow).
 constexpr int64_t AHEAD = 2;  // blocks prefetched ahead of the one being read
 
 template <typename T, int DIM, int GROUP>
