@@ -43,6 +43,7 @@ from .kernels.attention import (SHORT_QUERY, AttentionMetadata, _as_decode, sele
                                 split_last_token)
 from .kernels.layernorm import rms_norm_torch as rms_norm
 from .kernels.packed_linear import packed_linear
+from .kernels.cpu_activation import cpu_silu_and_mul, cpu_silu_and_mul_available
 from .kernels.cpu_decode_attention import cpu_decode_attention_available
 from .kernels.cpu_prefill_attention import cpu_prefill_attention_serves
 from .kernels.cpu_prefill_attention_bf16 import bf16_prefill_engine, bf16_prefill_serves
@@ -76,26 +77,27 @@ def _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping
     return q, residual
 
 
-def _attention_output_and_mlp(attn, residual, w, eps):
+def _attention_output_and_mlp(attn, residual, w, eps, cpu_silu: bool):
     hidden = linear(attn.reshape(attn.shape[0], -1), w["o_proj"])
     hidden, residual = rms_norm(hidden, w["post_norm"], eps, residual)
-    act = silu_and_mul_torch(linear(hidden, w["gate_up_proj"]))
+    gate_up = linear(hidden, w["gate_up_proj"])
+    act = cpu_silu_and_mul(gate_up) if cpu_silu else silu_and_mul_torch(gate_up)
     return linear(act, w["down_proj"]), residual
 
 
 def decode_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
                  w: dict, eps: float, heads: int, kv_heads: int, head_dim: int,
-                 scale: float, cpu_kernel: bool):
+                 scale: float, cpu_kernel: bool, cpu_silu: bool):
     """One Llama decoder layer for decode rows; returns (hidden, residual)."""
     q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
                                     slot_mapping, w, eps, heads, kv_heads, head_dim)
     attn = decode_attention(q, k_cache, v_cache, plan, scale, cpu_kernel)
-    return _attention_output_and_mlp(attn, residual, w, eps)
+    return _attention_output_and_mlp(attn, residual, w, eps, cpu_silu)
 
 
 def mixed_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan: BlockPlan,
                 long_meta, long_tables, w: dict, eps: float, heads: int, kv_heads: int,
-                head_dim: int, scale: float, cpu_kernel: bool):
+                head_dim: int, scale: float, cpu_kernel: bool, cpu_silu: bool):
     """One layer for a mixed step: the plan's decode rows first, then the long query runs
     that `long_meta`/`long_tables` describe (see `_long_run_inputs`)."""
     q, residual = _attention_inputs(hidden, residual, cos, sin, k_cache, v_cache,
@@ -104,7 +106,7 @@ def mixed_layer(hidden, residual, cos, sin, k_cache, v_cache, slot_mapping, plan
     attn = torch.cat([decode_attention(q[:short], k_cache, v_cache, plan, scale, cpu_kernel),
                       prefill_attention_op(q[short:], k_cache, v_cache, long_meta, long_tables,
                                         scale)])
-    return _attention_output_and_mlp(attn, residual, w, eps)
+    return _attention_output_and_mlp(attn, residual, w, eps, cpu_silu)
 
 
 def _layer_weights(layer) -> dict:
@@ -149,6 +151,13 @@ def _cpu_kernel(kv_caches) -> bool:
     return kv_caches[0][0].device.type == "cpu" and cpu_decode_attention_available()
 
 
+def _cpu_silu(kv_caches) -> bool:
+    """SiLU-and-mul by the C++ kernel: a bfloat16 model on a CPU with AVX512-BF16."""
+    k_cache = kv_caches[0][0]
+    return (k_cache.device.type == "cpu" and k_cache.dtype == torch.bfloat16
+            and cpu_silu_and_mul_available())
+
+
 def _cpu_prompt_kernel(model, kv_caches) -> str | None:
     """Which C++ kernel runs prompt attention (inside `prefill_attention_op`), None for SDPA:
     built here, before warm-up, rather than at the first mixed step."""
@@ -180,7 +189,7 @@ class CompiledDecode:
         cfg = model.cfg
         self.consts = dict(eps=cfg.rms_eps, heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
                            head_dim=cfg.head_dim, scale=model.layers[0].scale,
-                           cpu_kernel=_cpu_kernel(kv_caches))
+                           cpu_kernel=_cpu_kernel(kv_caches), cpu_silu=_cpu_silu(kv_caches))
         self.cpu_prompt_kernel = _cpu_prompt_kernel(model, kv_caches)
         self.weights = [_layer_weights(layer) for layer in model.layers]
         self.layer = compiled_layer()

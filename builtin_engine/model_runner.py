@@ -85,7 +85,8 @@ class ModelRunner:
         compiled = "off" if self.compiled is None else (
             f"inductor, warm-up {self.compiled.warm_up_s:.0f}s, decode attention "
             f"{'C++ kernel' if self.compiled.consts['cpu_kernel'] else 'traced'}, prompt "
-            f"attention {self.compiled.cpu_prompt_kernel or 'SDPA'}")
+            f"attention {self.compiled.cpu_prompt_kernel or 'SDPA'}, SiLU-and-mul "
+            f"{'C++ kernel' if self.compiled.consts['cpu_silu'] else 'inductor'}")
         threads = f"{torch.get_num_threads()} threads ({self.threads_reason})"
         packed, why = c.resolved_pack_weights()
         cap = f"; {row_cap()[1]}" if packed else ""

@@ -13,6 +13,7 @@ import torch._dynamo.utils
 from builtin_engine.kernels.paged_attention_ops import BlockPlan, paged_decode_attention
 from builtin_engine.config import COMPILE_ENV, EngineConfig
 from builtin_engine.kernels.attention import AttentionMetadata, paged_attention_torch
+from builtin_engine.kernels.cpu_activation import cpu_silu_and_mul_available
 from builtin_engine.llm_engine import LLMEngine
 from builtin_engine.loader import load_model
 from builtin_engine.model_runner import ModelRunner
@@ -209,6 +210,9 @@ def test_bfloat16_compiled_next_tokens_track_eager(cache_dir, quantization):
     compiled = ModelRunner(config(compile=True, compile_cache_dir=str(cache_dir), **overrides),
                            loaded_half)
     assert compiled.compiled is not None and "cpu bfloat16 (requested)" in compiled.describe()
+    # the C++ SiLU-and-mul runs inside the graph wherever it builds (AVX512-BF16)
+    silu = "C++ kernel" if cpu_silu_and_mul_available() else "inductor"
+    assert f"SiLU-and-mul {silu}" in compiled.describe()
     stats = lockstep(eager, compiled, loaded_half.tokenizer, PROMPTS + [ARTICLE], 24)
     kls = [kl for kl, _ in stats]
     mean_kl, agree = sum(kls) / len(kls), sum(same for _, same in stats) / len(stats)
