@@ -10,8 +10,8 @@ exp is a degree-6 polynomial (relative error ~2e-7) and 1 / (1 + e) a reciprocal
 refined by one Newton step: both far below bfloat16's rounding (2^-9), so the result is the
 bfloat16 that torch rounds to but for a value within ~1e-7 of a rounding boundary (then one
 unit in the last place off). SiLU is rounded to bfloat16 before the multiply, as eager torch
-does. Every bfloat16 CPU path (eager and compiled) calls it, so they keep computing the same.
-Float32 keeps torch's exact maths (the HF-identical reference).
+does, so the compiled step (which calls it) and the eager path (torch's `F.silu`) compute the
+same values. Float32 keeps torch's exact maths (the HF-identical reference).
 """
 from __future__ import annotations
 

@@ -121,7 +121,8 @@ static inline void prefetch_rows(const T* p, int64_t slot) {
 // loads waiting behind it; with no such chain between blocks, their loads overlap. On 2 AMX
 // cores, batch 64 with contexts 100-600 in bfloat16 and K/V for 30 layers (read from memory,
 // as in a step): 1.66 -> 1.32 ms a layer with blocks scattered, 1.42 -> 1.16 ms with each
-// sequence's blocks in order; float32 level (2.13-2.19 against 2.17-2.20 ms). The scores wait in a per-thread buffer (GROUP x context floats).
+// sequence's blocks in order; float32 level (2.13-2.19 against 2.17-2.20 ms). The scores
+// wait in a per-thread buffer (GROUP x context floats).
 constexpr int64_t AHEAD = 3;  // blocks prefetched ahead (2-4 measured within 3%)
 
 template <typename T, int DIM, int GROUP>
@@ -141,7 +142,8 @@ static void attend_head16(const float* qh, const T* kc, const T* vc, const int* 
     q[g].load(qh + g * DIM);
     peak[g] = _mm512_set1_ps(-1e30f);  // not -inf: -ffast-math assumes there are none
   }
-  for (int64_t blk = 0; blk < std::min(AHEAD, blocks); ++blk) prefetch_rows<T, DIM>(rows(kc, blk), slot);
+  for (int64_t blk = 0; blk < std::min(AHEAD, blocks); ++blk)
+    prefetch_rows<T, DIM>(rows(kc, blk), slot);
   for (int64_t blk = 0; blk < blocks; ++blk) {
     if (blk + AHEAD < blocks) prefetch_rows<T, DIM>(rows(kc, blk + AHEAD), slot);
     const T* k = rows(kc, blk);
@@ -170,11 +172,13 @@ static void attend_head16(const float* qh, const T* kc, const T* vc, const int* 
   __m512 acc[GROUP][VD];
   for (int g = 0; g < GROUP; ++g)
     for (int64_t c = 0; c < VD; ++c) acc[g][c] = _mm512_setzero_ps();
-  for (int64_t blk = 0; blk < std::min(AHEAD, blocks); ++blk) prefetch_rows<T, DIM>(rows(vc, blk), slot);
+  for (int64_t blk = 0; blk < std::min(AHEAD, blocks); ++blk)
+    prefetch_rows<T, DIM>(rows(vc, blk), slot);
   for (int64_t blk = 0; blk < blocks; ++blk) {
     if (blk + AHEAD < blocks) prefetch_rows<T, DIM>(rows(vc, blk + AHEAD), slot);
     const T* v = rows(vc, blk);
-    for (int64_t j = 0; j < std::min(BS, len - blk * BS); ++j) {
+    const int64_t n = std::min(BS, len - blk * BS);
+    for (int64_t j = 0; j < n; ++j) {
       __m512 vv[VD];
       for (int64_t c = 0; c < VD; ++c) vv[c] = load16(v + j * slot + 16 * c);
       for (int g = 0; g < GROUP; ++g) {
