@@ -35,10 +35,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .protocol import EngineError
+from builtin_engine.protocol import EngineError
 
 if TYPE_CHECKING:  # the simulated engine never imports torch for adapters
-    from .lora import LoraStore
+    from builtin_engine.lora import LoraStore
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

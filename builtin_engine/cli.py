@@ -8,9 +8,9 @@ import os
 import sys
 import time
 
-from .api_key import API_KEY_ENV
-from .config import EngineConfig
-from .connections import ConnectionLimits
+from builtin_engine.api_key import API_KEY_ENV
+from builtin_engine.config import EngineConfig
+from builtin_engine.connections import ConnectionLimits
 
 log = logging.getLogger("inferplane.engine")
 
@@ -129,19 +129,19 @@ class _Progress:
 
 def build_engine(config: EngineConfig):
     """Returns (engine, tokenizer, served_name, max_model_len)."""
-    from .engine import AsyncEngine
-    from .tokenizer import load_tokenizer
+    from builtin_engine.engine import AsyncEngine
+    from builtin_engine.tokenizer import load_tokenizer
 
     started = time.monotonic()
     if config.simulate:
-        from .simulator import SimulatedExecutor
+        from builtin_engine.simulator import SimulatedExecutor
         tokenizer = load_tokenizer(config.model)
         executor = SimulatedExecutor(config)
         context = config.sim_context_length
     else:
-        from .loader import load_model, torch_dtype
-        from .lora import LoraStore
-        from .model_runner import ModelRunner
+        from builtin_engine.loader import load_model, torch_dtype
+        from builtin_engine.lora import LoraStore
+        from builtin_engine.model_runner import ModelRunner
         loaded = load_model(config, progress=_Progress())
         tokenizer, context = loaded.tokenizer, loaded.context_length
         # Shared with the AdapterRegistry (see lora_store_of): it loads, the runner applies.
@@ -172,7 +172,7 @@ def lora_roots_from_args(a: argparse.Namespace) -> list[str]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .connections import PortInUse, listen_socket, uvicorn_config
+    from builtin_engine.connections import PortInUse, listen_socket, uvicorn_config
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -184,18 +184,18 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from .openmp_pool import release_openmp_pool
-    from .server import create_engine_app
+    from builtin_engine.openmp_pool import release_openmp_pool
+    from builtin_engine.server import create_engine_app
 
     if args.task != "generate":
-        from .embedding_cli import embedding_dir_for, serve_embeddings
+        from builtin_engine.embedding_cli import embedding_dir_for, serve_embeddings
         model_dir = embedding_dir_for(args.model, args.task)
         if model_dir is not None:
             return serve_embeddings(args, sock, model_dir)
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
     real_model = not config.simulate
-    from .tracing import setup_engine_tracing
+    from builtin_engine.tracing import setup_engine_tracing
 
     setup_engine_tracing(f"inferplane-engine-{served}", args.otlp_endpoint)
 
@@ -212,7 +212,7 @@ def serve(args: argparse.Namespace) -> int:
         yield
         await engine.shutdown(args.drain_timeout)
 
-    from .adapters import AdapterRegistry
+    from builtin_engine.adapters import AdapterRegistry
 
     adapters = AdapterRegistry(args.max_loras, args.lora_load_cost_s, store=lora_store_of(engine),
                                roots=lora_roots_from_args(args))

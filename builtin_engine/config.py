@@ -70,7 +70,7 @@ class EngineConfig:
     dtype_reason: str = field(default="requested", compare=False)
 
     def __post_init__(self) -> None:
-        from .device_defaults import resolve_dtype
+        from builtin_engine.device_defaults import resolve_dtype
         if self.dtype == "auto":
             self.dtype, self.dtype_reason = resolve_dtype(self.dtype, self.device)
         on_cpu = self.device.startswith("cpu")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .embedding_model import embedding_model_dir, load_embedder
+from builtin_engine.embedding_model import embedding_model_dir, load_embedder
 
 
 def embedding_dir_for(model_ref: str, task: str) -> Path | None:
@@ -28,7 +28,7 @@ def _dtype(name: str):
     import torch
 
     # auto is float32: encoders are small and bf16 would cost parity with sentence-transformers.
-    from .loader import torch_dtype
+    from builtin_engine.loader import torch_dtype
     return torch.float32 if name == "auto" else torch_dtype(name)
 
 
@@ -36,10 +36,10 @@ def serve_embeddings(args: argparse.Namespace, sock, model_dir: Path) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from .cli import _Progress, connection_limits_from_args
-    from .connections import uvicorn_config
-    from .embedding_server import create_embedding_app
-    from .tracing import setup_engine_tracing
+    from builtin_engine.cli import _Progress, connection_limits_from_args
+    from builtin_engine.connections import uvicorn_config
+    from builtin_engine.embedding_server import create_embedding_app
+    from builtin_engine.tracing import setup_engine_tracing
 
     started = time.monotonic()
     embedder = load_embedder(model_dir, device=args.device, dtype=_dtype(args.dtype),

@@ -157,8 +157,8 @@ class Embedder:
 def load_embedder(model_dir: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
                   progress=None) -> Embedder:
     """Build the encoder from model_dir (config.json, *.safetensors, tokenizer.json)."""
-    from .loader.safetensors_loader import iter_safetensors_weights, read_hf_config
-    from .models.bert import BertConfig, BertModel
+    from builtin_engine.loader.safetensors_loader import iter_safetensors_weights, read_hf_config
+    from builtin_engine.models.bert import BertConfig, BertModel
 
     hf = read_hf_config(model_dir)
     if hf.get("model_type") not in _ENCODER_TYPES:

@@ -16,11 +16,11 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import generate_latest
 
-from .api_key import ApiKeyMiddleware
-from .embedding_batcher import EmbeddingBatcher
-from .embedding_protocol import EmbeddingRequest, embeddings_body
-from .protocol import EngineError, TokenizeRequest
-from .tracing import EngineTraceMiddleware
+from builtin_engine.api_key import ApiKeyMiddleware
+from builtin_engine.embedding_batcher import EmbeddingBatcher
+from builtin_engine.embedding_protocol import EmbeddingRequest, embeddings_body
+from builtin_engine.protocol import EngineError, TokenizeRequest
+from builtin_engine.tracing import EngineTraceMiddleware
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -117,7 +117,7 @@ def unsupported_router(path: str, what: str, served_name: str) -> APIRouter:
 
 def create_embedding_app(embedder, served_name: str, api_key: str | None = None,
                          max_batch_tokens: int = 16384) -> FastAPI:
-    from .server import _NATIVE_TRACING_OFF, install_error_handlers
+    from builtin_engine.server import _NATIVE_TRACING_OFF, install_error_handlers
 
     app = FastAPI(title="Inferplane built-in engine (embeddings)", docs_url=None,
                   redoc_url=None, **_NATIVE_TRACING_OFF)

@@ -13,11 +13,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from .config import EngineConfig
-from .executor import Executor
-from .llm_engine import LLMEngine
-from .request import Request, RequestOutput
-from .sampling_params import SamplingParams
+from builtin_engine.config import EngineConfig
+from builtin_engine.executor import Executor
+from builtin_engine.llm_engine import LLMEngine
+from builtin_engine.request import Request, RequestOutput
+from builtin_engine.sampling_params import SamplingParams
 
 __all__ = ["AsyncEngine", "LLMEngine", "RequestOutput"]
 log = logging.getLogger(__name__)

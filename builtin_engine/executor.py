@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .config import EngineConfig
-from .sampling_params import SamplingParams
+from builtin_engine.config import EngineConfig
+from builtin_engine.sampling_params import SamplingParams
 
 
 @dataclass

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from .kernels.attention import AttentionMetadata
-from .kernels.cuda_graphs import DecodeGraphs, default_batch_sizes
+from builtin_engine.kernels.attention import AttentionMetadata
+from builtin_engine.kernels.cuda_graphs import DecodeGraphs, default_batch_sizes
 
 logger = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ import os
 import time
 from collections.abc import Iterable
 
-from .block_pool import HASH_DESCRIPTION
-from .config import EngineConfig
-from .executor import Executor, SchedulerOutput
-from .metrics import EngineMetrics
-from .request import Request, RequestOutput
-from .sampling_params import SamplingParams
-from .scheduler import Scheduler
+from builtin_engine.block_pool import HASH_DESCRIPTION
+from builtin_engine.config import EngineConfig
+from builtin_engine.executor import Executor, SchedulerOutput
+from builtin_engine.metrics import EngineMetrics
+from builtin_engine.request import Request, RequestOutput
+from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 STEP_TRACE_ENV = "INFERPLANE_STEP_TRACE"  # a file path: one JSON line per executed step

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .protocol import EngineError
+from builtin_engine.protocol import EngineError
 
 if TYPE_CHECKING:
-    from .models.llama import LlamaConfig
+    from builtin_engine.models.llama import LlamaConfig
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

@@ -10,17 +10,17 @@ from itertools import accumulate, chain
 
 import torch
 
-from .config import EngineConfig
-from .executor import ScheduledRequest, SchedulerOutput
-from .compiled_step import build_compiled_decode
-from .device_defaults import resolve_threads
-from .graphed_decode import build_graphed_decode
-from .kernels.attention import AttentionMetadata
-from .kernels.packed_linear import row_cap
-from .logprobs import TokenLogprob, pick, raw_logprobs
-from .loader import LoadedModel, torch_dtype
-from .lora import LoraBatch, LoraStore, LoraWeights
-from .sampler import Sampler
+from builtin_engine.config import EngineConfig
+from builtin_engine.executor import ScheduledRequest, SchedulerOutput
+from builtin_engine.compiled_step import build_compiled_decode
+from builtin_engine.device_defaults import resolve_threads
+from builtin_engine.graphed_decode import build_graphed_decode
+from builtin_engine.kernels.attention import AttentionMetadata
+from builtin_engine.kernels.packed_linear import row_cap
+from builtin_engine.logprobs import TokenLogprob, pick, raw_logprobs
+from builtin_engine.loader import LoadedModel, torch_dtype
+from builtin_engine.lora import LoraBatch, LoraStore, LoraWeights
+from builtin_engine.sampler import Sampler
 
 GIB = 1 << 30
 

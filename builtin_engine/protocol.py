@@ -6,8 +6,8 @@ from typing import Any, ClassVar, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .logprobs import MAX_TOP_LOGPROBS
-from .sampling_params import SamplingParams
+from builtin_engine.logprobs import MAX_TOP_LOGPROBS
+from builtin_engine.sampling_params import SamplingParams
 
 
 class EngineError(Exception):

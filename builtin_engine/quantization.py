@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .kernels.packed_linear import linear as packed_linear
+from builtin_engine.kernels.packed_linear import linear as packed_linear
 
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 

@@ -9,7 +9,7 @@ import enum
 import time
 from dataclasses import dataclass
 
-from .sampling_params import SamplingParams
+from builtin_engine.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import torch
 
-from .sampling_params import SamplingParams
-from .structured.matcher_pool import apply_bitmasks
+from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.structured.matcher_pool import apply_bitmasks
 
 
 class Sampler:

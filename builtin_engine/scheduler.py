@@ -11,12 +11,12 @@ import heapq
 import itertools
 import time
 
-from .config import EngineConfig
-from .executor import ScheduledRequest, SchedulerOutput
-from .kv_cache_manager import KVCacheManager
-from .ngram_proposer import NgramProposer
-from .prefill_pacer import PrefillPacer
-from .request import Request, RequestOutput, RequestStatus
+from builtin_engine.config import EngineConfig
+from builtin_engine.executor import ScheduledRequest, SchedulerOutput
+from builtin_engine.kv_cache_manager import KVCacheManager
+from builtin_engine.ngram_proposer import NgramProposer
+from builtin_engine.prefill_pacer import PrefillPacer
+from builtin_engine.request import Request, RequestOutput, RequestStatus
 
 # auto mode swaps sequences up to this many tokens (cheap to copy) and recomputes longer
 # ones; config.extra["preemption_swap_max_tokens"] overrides it.

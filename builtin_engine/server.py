@@ -13,17 +13,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .adapters import AdapterRegistry
-from .api_key import ApiKeyMiddleware
-from .logprobs import chat_logprobs, completion_logprobs
-from .adapters import router as adapter_router
-from .embedding_server import unsupported_router
-from .protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
+from builtin_engine.adapters import AdapterRegistry
+from builtin_engine.api_key import ApiKeyMiddleware
+from builtin_engine.logprobs import chat_logprobs, completion_logprobs
+from builtin_engine.adapters import router as adapter_router
+from builtin_engine.embedding_server import unsupported_router
+from builtin_engine.protocol import (ChatCompletionRequest, CompletionRequest, EngineError, TokenizeRequest,
                        error_response)
-from .serving import (TextChunk, attach_grammar, chat_messages, generate_text,
+from builtin_engine.serving import (TextChunk, attach_grammar, chat_messages, generate_text,
                       resolve_max_tokens, tool_call_chunks)
-from .structured.tool_calls import merge_deltas
-from .tracing import EngineTraceMiddleware, traced_outputs
+from builtin_engine.structured.tool_calls import merge_deltas
+from builtin_engine.tracing import EngineTraceMiddleware, traced_outputs
 
 
 # Our own spans continue the gateway's trace; FastAPI's built-in ones would start another.

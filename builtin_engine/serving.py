@@ -6,12 +6,12 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
-from .protocol import ChatCompletionRequest, EngineError
-from .sampling_params import SamplingParams
-from .simulator import SimulatedExecutor
-from .structured.grammar import StructuredRequest, compiler_for
-from .structured.matcher_pool import GrammarState
-from .structured.tool_calls import ToolCallStream, render_messages
+from builtin_engine.protocol import ChatCompletionRequest, EngineError
+from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.simulator import SimulatedExecutor
+from builtin_engine.structured.grammar import StructuredRequest, compiler_for
+from builtin_engine.structured.matcher_pool import GrammarState
+from builtin_engine.structured.tool_calls import ToolCallStream, render_messages
 
 
 @dataclass

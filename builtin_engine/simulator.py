@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .config import EngineConfig
-from .executor import SchedulerOutput
+from builtin_engine.config import EngineConfig
+from builtin_engine.executor import SchedulerOutput
 
 _MASK = (1 << 64) - 1
 _ROOT = 0x6A09E667F3BCC908

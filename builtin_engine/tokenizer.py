@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .chat_template import ChatTemplate
-from .loader.resolve import resolve_model
+from builtin_engine.chat_template import ChatTemplate
+from builtin_engine.loader.resolve import resolve_model
 
 # Tokens that end a turn in common chat formats; each is a stop id where the vocabulary has it.
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
@@ -129,8 +129,8 @@ def load_tokenizer(model_ref: str) -> EngineTokenizer:
     source = resolve_model(model_ref)
     if source.kind == "hf":
         return _hf_dir_tokenizer(source.path)
-    from .loader.gguf_metadata import open_gguf
-    from .loader.gguf_tokenizer import build_gguf_tokenizer
+    from builtin_engine.loader.gguf_metadata import open_gguf
+    from builtin_engine.loader.gguf_tokenizer import build_gguf_tokenizer
 
     data = build_gguf_tokenizer(open_gguf(str(source.path)))
     return EngineTokenizer(data.tokenizer, data.chat_template, data.bos_token_id,

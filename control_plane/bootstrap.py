@@ -18,8 +18,8 @@ from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
 from registry.vocabulary import BackendState, Role, Tier
 
-from .settings import ModelSpec, Settings
-from .supervisor import EngineSpec, free_port
+from control_plane.settings import ModelSpec, Settings
+from control_plane.supervisor import EngineSpec, free_port
 
 ADMIN_KEY_NAME = "admin"
 
@@ -59,7 +59,7 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
     """Write the configured models and backends; return the hot models' engines (builtin or
     vllm) to start. Managed backends from an earlier run are replaced (their ports may differ
     now)."""
-    from .tiers.config import EngineTemplate, startable  # the tiers package imports this module
+    from control_plane.tiers.config import EngineTemplate, startable  # the tiers package imports this module
 
     specs: list[EngineSpec] = []
     port = settings.engine_port_base

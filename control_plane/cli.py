@@ -17,7 +17,7 @@ def _add_server_args(p: argparse.ArgumentParser, port: int = 8000) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from .settings import SettingsError, load_settings
+    from control_plane.settings import SettingsError, load_settings
 
     try:
         settings = load_settings(args.config)
@@ -39,19 +39,19 @@ def _workers(text: str) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from .up import run_up
+    from control_plane.up import run_up
 
     return run_up(_settings(args), workers=args.workers)
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
-    from .up import run_gateway
+    from control_plane.up import run_gateway
 
     return run_gateway(_settings(args), workers=args.workers)
 
 
 def _cmd_control_plane(args: argparse.Namespace) -> int:
-    from .up import run_control_plane
+    from control_plane.up import run_control_plane
 
     return run_control_plane(_settings(args))
 
@@ -75,7 +75,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    from .bootstrap import create_key_cli
+    from control_plane.bootstrap import create_key_cli
 
     return create_key_cli(_settings(args), args)
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .settings import Settings
+from control_plane.settings import Settings
 
 
 def say(message: str) -> None:
@@ -20,7 +20,7 @@ def prepare_database(settings: Settings):
     from registry.db import make_session_factory
     from registry.migrate import upgrade
 
-    from .bootstrap import ensure_admin_key
+    from control_plane.bootstrap import ensure_admin_key
 
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
@@ -47,11 +47,11 @@ class Fleet:
 async def running_fleet(settings: Settings, sessions, snapshots):
     """Register the configured models, start their hot builtin engines (waiting until they
     are ready), then keep tiers, health and the snapshot fresh until the block exits."""
-    from .backend_allowlist import BackendAllowlist
-    from .bootstrap import register_models, set_backend_state
-    from .health import HealthProber
-    from .supervisor import EngineSupervisor
-    from .tiers import TierManager, tier_config_from_settings
+    from control_plane.backend_allowlist import BackendAllowlist
+    from control_plane.bootstrap import register_models, set_backend_state
+    from control_plane.health import HealthProber
+    from control_plane.supervisor import EngineSupervisor
+    from control_plane.tiers import TierManager, tier_config_from_settings
 
     async def on_state(spec, state):
         if await asyncio.to_thread(set_backend_state, sessions, spec.url, state):

@@ -29,8 +29,8 @@ from registry.errors import InvalidError
 from registry.queries import bump_snapshot_version, set_backend_state
 from registry.vocabulary import BackendState
 
-from .backend_allowlist import DEFAULT, BackendAllowlist
-from .health_gauge import BackendHealthGauge
+from control_plane.backend_allowlist import DEFAULT, BackendAllowlist
+from control_plane.health_gauge import BackendHealthGauge
 
 log = logging.getLogger("inferplane.health")
 

@@ -8,8 +8,8 @@ import signal
 
 import uvicorn
 
-from .fleet import prepare_database, running_fleet, say
-from .settings import Settings
+from control_plane.fleet import prepare_database, running_fleet, say
+from control_plane.settings import Settings
 
 log = logging.getLogger("inferplane")
 
@@ -31,9 +31,9 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
     from gateway.app import create_gateway_app
     from gateway.coldstart import InProcessColdStarter
 
-    from .console import mount_console
-    from .rollouts import RolloutController
-    from .rollouts.metrics_source import RegistryMetricsSource
+    from control_plane.console import mount_console
+    from control_plane.rollouts import RolloutController
+    from control_plane.rollouts.metrics_source import RegistryMetricsSource
 
     app = create_gateway_app(_gateway_settings(settings), snapshots,
                              cold_starter=InProcessColdStarter(tiers, snapshots))
@@ -49,9 +49,9 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
 
 
 def _mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller):
-    from .admin import include_admin_routers
-    from .slo import SloTracker
-    from .tiers import build_tiers_router
+    from control_plane.admin import include_admin_routers
+    from control_plane.slo import SloTracker
+    from control_plane.tiers import build_tiers_router
 
     slo = SloTracker(sessions, registry=registry)
     include_admin_routers(app, sessions, snapshots, slo)
@@ -65,7 +65,7 @@ def _mlflow_sync(settings: Settings, app, sessions, snapshots):
         return None
     from registry.mlflow_sync import MlflowSync
 
-    from .mlflow_api import build_mlflow_router
+    from control_plane.mlflow_api import build_mlflow_router
 
     sync = MlflowSync(sessions, settings.mlflow.tracking_uri, prefix=settings.mlflow.prefix)
     app.include_router(build_mlflow_router(sync, snapshots))
@@ -76,7 +76,7 @@ def _mlflow_sync(settings: Settings, app, sessions, snapshots):
 @contextlib.asynccontextmanager
 async def _usage_to_sql(app, sessions):
     """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit."""
-    from .usage_sink import sql_usage_writer
+    from control_plane.usage_sink import sql_usage_writer
 
     writer = sql_usage_writer(sessions)
     await writer.start()
@@ -110,7 +110,7 @@ def _listen(settings: Settings, count: int = 1):
 
 
 def _allowlist(settings: Settings):
-    from .backend_allowlist import BackendAllowlist
+    from control_plane.backend_allowlist import BackendAllowlist
 
     return BackendAllowlist.from_networks(settings.backends.allowed_networks)
 
@@ -124,7 +124,7 @@ def _engine_keys(settings: Settings, create: bool) -> None:
 
 
 async def _up(settings: Settings, sock) -> None:
-    from .snapshots import SnapshotSource
+    from control_plane.snapshots import SnapshotSource
 
     _engine_keys(settings, create=True)
     sessions = prepare_database(settings)
@@ -171,7 +171,7 @@ def _interrupt(signum, frame) -> None:
 
 def run_up(settings: Settings, workers: int = 1) -> int:
     if workers > 1:   # the gateway in N processes, the control plane in this one
-        from .up_workers import run_up_workers
+        from control_plane.up_workers import run_up_workers
         return run_up_workers(settings, workers)
     socks = _listen(settings)
     return 1 if socks is None else _run(_up(settings, socks[0]))
@@ -181,7 +181,7 @@ async def _gateway(settings: Settings, sock, link=None) -> None:
     """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`."""
     from registry.db import make_session_factory
 
-    from .snapshots import SnapshotSource
+    from control_plane.snapshots import SnapshotSource
 
     if link is not None:   # the registry exists once the control plane answers
         await link.wait_ready()
@@ -216,7 +216,7 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
 def _gateway_metrics(urls: list[str], registry):
     """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
     is inconclusive and rollouts pause for an operator."""
-    from .rollouts.metrics_source import MetricsSource, RegistryMetricsSource
+    from control_plane.rollouts.metrics_source import MetricsSource, RegistryMetricsSource
 
     if urls:
         return MetricsSource(urls)
@@ -225,7 +225,7 @@ def _gateway_metrics(urls: list[str], registry):
 
 
 async def _control_plane(settings: Settings, sock) -> None:
-    from .leader import LeaderLock
+    from control_plane.leader import LeaderLock
 
     leader = LeaderLock(settings.resolved_database_url())
     await leader.acquire(on_wait=lambda: say("standby: another control plane leads"))
@@ -258,9 +258,9 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
 
     from gateway.auth import install_auth
 
-    from .console import mount_console
-    from .rollouts import RolloutController
-    from .snapshots import SnapshotSource
+    from control_plane.console import mount_console
+    from control_plane.rollouts import RolloutController
+    from control_plane.snapshots import SnapshotSource
 
     _engine_keys(settings, create=True)
     sessions = prepare_database(settings)

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import httpx
 
-from .fleet import say
-from .settings import Settings
+from control_plane.fleet import say
+from control_plane.settings import Settings
 
 CONTROL_BASE = "http://control-plane"     # the host name is ignored on a unix socket
 FORWARDED = ("/admin/", "/console")        # path prefixes the control plane serves
@@ -185,7 +185,7 @@ def _unavailable(exc: Exception):
 
 def run_up_workers(settings: Settings, workers: int) -> int:
     """Bind the public port, fork the worker supervisor, then run the control plane here."""
-    from .up import _configure_logging, _engine_keys, _gateway, _listen, _run
+    from control_plane.up import _configure_logging, _engine_keys, _gateway, _listen, _run
 
     socks = _listen(settings, workers)
     if socks is None:
@@ -232,7 +232,7 @@ async def _control_plane(settings: Settings, sock: socket.socket, supervisor: in
                          workers: int) -> None:
     from gateway.workers import watch_exit
 
-    from .up import _server, control_plane_app
+    from control_plane.up import _server, control_plane_app
 
     urls = settings.gateway_metrics_urls or [_local_metrics_url(settings)]
     async with control_plane_app(settings, urls) as app:

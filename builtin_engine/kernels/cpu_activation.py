@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_extension import AVX512_HELPERS, load_extension
+from builtin_engine.kernels.cpu_extension import AVX512_HELPERS, load_extension
 
 _SOURCE = AVX512_HELPERS + r"""
 #include <torch/extension.h>

@@ -116,7 +116,7 @@ def _build_dir() -> str:
 
 
 def _module_name(prefix: str, source: str) -> str:
-    from ..device_defaults import cpu_flags
+    from builtin_engine.device_defaults import cpu_flags
     key = source + torch.__version__ + " ".join(sorted(cpu_flags()))
     return f"{prefix}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
-from .cpu_prefill_attention_bf16 import bf16_prefill_attention, bf16_prefill_serves
+from builtin_engine.kernels.cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import bf16_prefill_attention, bf16_prefill_serves
 
 _SOURCE = AVX512_HELPERS + PROMPT_RUNS + r"""
 #include <torch/extension.h>
@@ -255,7 +255,7 @@ FAST_HEAD_DIMS = (64, 128)
 
 def cpu_prefill_attention_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
     """Whether prompt attention over this cache takes the kernel (its AVX-512 path) or SDPA."""
-    from ..device_defaults import cpu_flags
+    from builtin_engine.device_defaults import cpu_flags
     return (k_cache.device.type == "cpu" and "avx512f" in cpu_flags() and k_cache.shape[1] == 16
             and head_dim in FAST_HEAD_DIMS and cpu_prefill_attention_available())
 

@@ -38,7 +38,7 @@ import os
 
 import torch
 
-from .cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
+from builtin_engine.kernels.cpu_extension import AVX512_HELPERS, PROMPT_RUNS, load_extension
 
 _SOURCE = AVX512_HELPERS + PROMPT_RUNS + r"""
 #include <ATen/native/CPUBlas.h>
@@ -309,7 +309,7 @@ def _extension():
 def bf16_prefill_engine() -> str | None:
     """What runs the products on this CPU: "AMX tiles", "AVX512-BF16 dot products", or None
     (no AVX512-BF16, the kernel does not build, or INFERPLANE_BF16_ATTENTION=0)."""
-    from ..device_defaults import cpu_flags
+    from builtin_engine.device_defaults import cpu_flags
     if os.environ.get(DISABLE_ENV, "").strip() == "0":
         return None
     if "avx512_bf16" not in cpu_flags() and "amx_bf16" not in cpu_flags():

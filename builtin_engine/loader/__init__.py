@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .resolve import KNOWN_MODELS, ModelSource, resolve_model
+from builtin_engine.loader.resolve import KNOWN_MODELS, ModelSource, resolve_model
 
 __all__ = ["KNOWN_MODELS", "LoadedModel", "ModelSource", "load_model", "resolve_model"]
 
@@ -31,18 +31,18 @@ def torch_dtype(name: str):
 
 def _llama_config(source: ModelSource):
     if source.kind == "gguf":
-        from .gguf_metadata import llama_config_from_gguf, open_gguf
+        from builtin_engine.loader.gguf_metadata import llama_config_from_gguf, open_gguf
         return llama_config_from_gguf(open_gguf(str(source.path)))
-    from .safetensors_loader import llama_config_from_hf
+    from builtin_engine.loader.safetensors_loader import llama_config_from_hf
     return llama_config_from_hf(source.path)
 
 
 def _weights(source: ModelSource, llama_config, progress):
     if source.kind == "gguf":
-        from .gguf_loader import iter_gguf_weights
-        from .gguf_metadata import open_gguf
+        from builtin_engine.loader.gguf_loader import iter_gguf_weights
+        from builtin_engine.loader.gguf_metadata import open_gguf
         return iter_gguf_weights(open_gguf(str(source.path)), llama_config, progress)
-    from .safetensors_loader import iter_safetensors_weights
+    from builtin_engine.loader.safetensors_loader import iter_safetensors_weights
     return iter_safetensors_weights(source.path, progress)
 
 
@@ -50,10 +50,10 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     """Build the model on config.device in config.dtype and fill it from disk (never downloads)."""
     import torch
 
-    from ..models.llama import LlamaForCausalLM
-    from ..kernels.packed_linear import calibrate_row_cap, pack_model
-    from ..quantization import quantize_model
-    from ..tokenizer import load_tokenizer
+    from builtin_engine.models.llama import LlamaForCausalLM
+    from builtin_engine.kernels.packed_linear import calibrate_row_cap, pack_model
+    from builtin_engine.quantization import quantize_model
+    from builtin_engine.tokenizer import load_tokenizer
 
     dtype = torch_dtype(config.dtype)
     if config.device.startswith("cuda") and not torch.cuda.is_available():

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from ..models.llama import LlamaConfig
+from builtin_engine.models.llama import LlamaConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..models.llama import LlamaConfig
+from builtin_engine.models.llama import LlamaConfig
 
 _MISSING = object()
 

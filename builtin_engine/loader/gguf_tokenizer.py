@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from .gguf_metadata import field_value
+from builtin_engine.loader.gguf_metadata import field_value
 
 CONTROL_TOKEN_TYPE = 3
 USER_DEFINED_TOKEN_TYPE = 4

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..models.llama import LlamaConfig
+from builtin_engine.models.llama import LlamaConfig
 
 
 def read_hf_config(model_dir: Path) -> dict:

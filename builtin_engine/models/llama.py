@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import get_ops
-from ..kernels.attention import AttentionMetadata
-from ..quantization import linear
+from builtin_engine.kernels import get_ops
+from builtin_engine.kernels.attention import AttentionMetadata
+from builtin_engine.quantization import linear
 
 
 @dataclass

@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import EngineError
-from . import tool_calls as fmt
+from builtin_engine.protocol import EngineError
+from builtin_engine.structured import tool_calls as fmt
 
 # Outputs are compact JSON with at most one space between tokens: small models otherwise
 # tend to pad with whitespace until max_tokens runs out.

@@ -9,11 +9,11 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import adapters, aliases, audit, backends, keys, models, slos, teams, versions
-from . import backend_status, requests, usage, whoami
+from control_plane.admin import adapters, aliases, audit, backends, keys, models, slos, teams, versions
+from control_plane.admin import backend_status, requests, usage, whoami
 from gateway.openapi_doc import install_openapi
 
-from .common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
+from control_plane.admin.common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,
                   usage, requests, whoami, backend_status)

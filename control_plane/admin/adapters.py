@@ -13,7 +13,7 @@ from registry.models import Adapter
 from registry.queries import add_adapter, attach_adapter, detach_adapter, get_adapter, \
     get_backend, get_model
 
-from .common import PathName, RowId, delete_row, NAME_PATTERN, AdminContext, Body, Page, \
+from control_plane.admin.common import PathName, RowId, delete_row, NAME_PATTERN, AdminContext, Body, Page, \
     PageDep, image, operator, paginate, with_etag
 
 

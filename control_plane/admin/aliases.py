@@ -17,7 +17,7 @@ from registry.queries import delete_alias, get_alias, get_model, set_alias
 
 from registry.dependents import check_alias_unused
 
-from .common import MAX_INT, NAME_PATTERN, AdminContext, Body, Page, PageDep, PathName, actor_of, \
+from control_plane.admin.common import MAX_INT, NAME_PATTERN, AdminContext, Body, Page, PageDep, PathName, actor_of, \
     expected_row_version, image, operator, paginate, with_etag
 
 AliasName = Annotated[str, Path(min_length=1, max_length=100)]

@@ -17,7 +17,7 @@ from gateway.errors import OpenAIError
 from registry.models import AuditLog
 from registry.vocabulary import Role
 
-from .common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
+from control_plane.admin.common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
 
 ADMIN_ONLY_RESOURCES = ("api_key", "team")  # the resources only admins may read
 Filter = Annotated[str | None, Query(max_length=300)]

@@ -15,7 +15,7 @@ from gateway.auth import Principal
 from gateway.errors import OpenAIError
 from registry.vocabulary import BreakerState
 
-from .common import AdminContext, operator
+from control_plane.admin.common import AdminContext, operator
 
 
 class BackendStatus(BaseModel):

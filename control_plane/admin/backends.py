@@ -13,8 +13,8 @@ from registry.models import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
 from registry.vocabulary import BackendState, EngineKind, Tier
 
-from ..backend_allowlist import allowlist_of
-from .common import Name, RowId, delete_row, patch_row, AdminContext, Body, Page, PageDep, \
+from control_plane.backend_allowlist import allowlist_of
+from control_plane.admin.common import Name, RowId, delete_row, patch_row, AdminContext, Body, Page, PageDep, \
     Patch, image, operator, paginate, with_etag
 
 

@@ -22,7 +22,7 @@ from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
 from registry.vocabulary import Role
 
-from .db_errors import install_db_error_handlers
+from control_plane.admin.db_errors import install_db_error_handlers
 
 log = logging.getLogger("inferplane.admin")
 

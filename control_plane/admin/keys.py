@@ -16,8 +16,8 @@ from registry.access_queries import MIN_SECRET_LEN, check_admin_remains, check_t
 from registry.models import ApiKey
 from registry.vocabulary import Priority, Role
 
-from .budget_status import budget_status
-from .common import BudgetPeriod, Count, Money, Name, RowId, patch_row, AdminContext, \
+from control_plane.admin.budget_status import budget_status
+from control_plane.admin.common import BudgetPeriod, Count, Money, Name, RowId, patch_row, AdminContext, \
     Body, Page, PageDep, Patch, admin, image, paginate, with_etag
 
 

@@ -16,7 +16,7 @@ from registry.models import Model
 from registry.queries import create_model, get_model
 from registry.vocabulary import RoutingStrategy, Tier
 
-from .common import MAX_INT, Name, PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, \
+from control_plane.admin.common import MAX_INT, Name, PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, \
     Body, Page, PageDep, Patch, image, operator, paginate, with_etag
 
 

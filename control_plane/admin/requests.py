@@ -17,8 +17,8 @@ from sqlalchemy import select
 from gateway.auth import Principal
 from registry.request_log import RequestLog
 
-from .common import MAX_PAGE, AdminContext, cursor_page, operator
-from .usage import utc
+from control_plane.admin.common import MAX_PAGE, AdminContext, cursor_page, operator
+from control_plane.admin.usage import utc
 
 Status = Literal["ok", "error", "aborted"]
 

@@ -15,7 +15,7 @@ from registry.errors import NotFoundError
 from registry.models import Slo
 from registry.queries import get_model
 
-from .common import MAX_INT, Name, PathName, RowId, NAME_PATTERN, AdminContext, Body, Page, \
+from control_plane.admin.common import MAX_INT, Name, PathName, RowId, NAME_PATTERN, AdminContext, Body, Page, \
     PageDep, image, operator, paginate
 
 

@@ -10,10 +10,10 @@ from gateway.auth import Principal
 from registry.access_queries import create_team, get_team
 from registry.models import ApiKey, Team
 
-from .budget_status import budget_status
+from control_plane.admin.budget_status import budget_status
 from registry.errors import ConflictError
 
-from .common import BudgetPeriod, Count, Money, PathName, delete_row, patch_row, NAME_PATTERN, \
+from control_plane.admin.common import BudgetPeriod, Count, Money, PathName, delete_row, patch_row, NAME_PATTERN, \
     AdminContext, Body, Page, PageDep, Patch, admin, image, paginate, with_etag
 
 

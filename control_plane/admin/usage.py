@@ -26,7 +26,7 @@ from registry.access_queries import ADDITIVE
 from registry.models import Usage
 from registry.usage_rollup import ROLLUPS, floor_to
 
-from .common import AdminContext, operator
+from control_plane.admin.common import AdminContext, operator
 
 GROUPS = ("team", "key", "model", "day", "hour")
 TIME_GROUPS = ("day", "hour")  # one time bucket at most: an hour already names its day

@@ -15,7 +15,7 @@ from registry.models import ModelVersion
 from registry.queries import add_version, get_model, get_version
 from registry.vocabulary import VersionKind, VersionStatus
 
-from .common import PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, \
+from control_plane.admin.common import PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, \
     PageDep, Patch, image, operator, paginate, with_etag
 
 # Checked before saving: a value no reader can serialise would make the row, and every audit

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from .metrics_source import Scrape, VersionCounts
-from .spec import Analysis, ErrorRateRatio
+from control_plane.rollouts.metrics_source import Scrape, VersionCounts
+from control_plane.rollouts.spec import Analysis, ErrorRateRatio
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 

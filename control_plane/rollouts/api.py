@@ -27,8 +27,8 @@ from registry.json_values import check_storable
 from registry.models import Model, Rollout
 from registry.queries import get_model
 
-from . import store, transitions as t
-from .spec import DB_STATE, PHASES, ResumeBody, RolloutCreate
+from control_plane.rollouts import store, transitions as t
+from control_plane.rollouts.spec import DB_STATE, PHASES, ResumeBody, RolloutCreate
 
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package

@@ -35,11 +35,11 @@ from registry.models import Rollout
 from registry.queries import audit, bump_snapshot_version
 from registry.vocabulary import RolloutPhase as Phase, SplitMode
 
-from . import store, transitions as t
-from .analysis import Measurement, measure, unavailable
-from .gauges import RolloutGauges
-from .metrics_source import MetricsUnavailable, Scrape
-from .verdicts import decide
+from control_plane.rollouts import store, transitions as t
+from control_plane.rollouts.analysis import Measurement, measure, unavailable
+from control_plane.rollouts.gauges import RolloutGauges
+from control_plane.rollouts.metrics_source import MetricsUnavailable, Scrape
+from control_plane.rollouts.verdicts import decide
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package
     from control_plane.slo import SloTracker

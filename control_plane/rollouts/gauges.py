@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from registry.models import Rollout
 
-from .spec import PHASE_NUMBER
-from .transitions import phase_of, status_of
+from control_plane.rollouts.spec import PHASE_NUMBER
+from control_plane.rollouts.transitions import phase_of, status_of
 
 
 class RolloutGauges:

@@ -19,8 +19,8 @@ from registry.queries import get_model
 from registry.serialize import as_utc
 from registry.vocabulary import BackendState, RolloutPhase as Phase, RolloutState
 
-from .spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
-from .transitions import enter, phase_of, spec_of, status_of
+from control_plane.rollouts.spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
+from control_plane.rollouts.transitions import enter, phase_of, spec_of, status_of
 
 ACTIVE_DB_STATES = tuple(sorted({DB_STATE[p] for p in ACTIVE_PHASES}))
 

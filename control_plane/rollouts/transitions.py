@@ -17,9 +17,9 @@ from registry.models import Model, Rollout, RolloutEvent
 from registry.queries import set_alias
 from registry.vocabulary import RolloutPhase as Phase
 
-from .analysis import Measurement
-from .spec import DB_STATE, RolloutCreate, split_mode
-from .verdicts import Decision
+from control_plane.rollouts.analysis import Measurement
+from control_plane.rollouts.spec import DB_STATE, RolloutCreate, split_mode
+from control_plane.rollouts.verdicts import Decision
 
 
 def spec_of(rollout: Rollout) -> RolloutCreate:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis import Measurement
-from .spec import Analysis
+from control_plane.rollouts.analysis import Measurement
+from control_plane.rollouts.spec import Analysis
 
 
 @dataclass

@@ -24,8 +24,8 @@ from sqlalchemy.orm import sessionmaker
 from engine_adapter import EngineError, create_adapter, engine_keys
 from registry.vocabulary import BackendState, EngineKind
 
-from . import store
-from .store import BackendRow, TierError
+from control_plane.tiers import store
+from control_plane.tiers.store import BackendRow, TierError
 
 log = logging.getLogger("inferplane.tiers.adapters")
 

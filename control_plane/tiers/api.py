@@ -21,7 +21,7 @@ from control_plane.admin.common import ADMIN_PREFIX, operator
 from gateway.auth import Principal
 from registry.vocabulary import BackendState
 
-from .manager import TierManager
+from control_plane.tiers.manager import TierManager
 
 MAX_WAKE_WAIT_S = 60.0  # one HTTP call holds no longer; the caller polls its snapshot after
 QUICK_ERROR_S = 0.2

@@ -29,11 +29,11 @@ from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor
 from engine_adapter import create_adapter
 from registry.vocabulary import BackendState, Tier
 
-from . import store
-from .adapters import AdapterManager, NoEngineForAdapter
-from .config import EngineTemplate, TierConfig
-from .policy import RateTracker, decide_tier
-from .store import TierError
+from control_plane.tiers import store
+from control_plane.tiers.adapters import AdapterManager, NoEngineForAdapter
+from control_plane.tiers.config import EngineTemplate, TierConfig
+from control_plane.tiers.policy import RateTracker, decide_tier
+from control_plane.tiers.store import TierError
 
 log = logging.getLogger("inferplane.tiers")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .stack import Stack, start_stack, stop_all
+from tests.e2e_rollouts.stack import Stack, start_stack, stop_all
 
 
 @pytest.fixture(scope="session")

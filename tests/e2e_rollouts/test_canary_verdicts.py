@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from .stack import FINAL, FLAKY_MARKER, Stack, Traffic, send
+from tests.e2e_rollouts.stack import FINAL, FLAKY_MARKER, Stack, Traffic, send
 
 ROUNDS = 5
 INTERVAL_S = 2.0

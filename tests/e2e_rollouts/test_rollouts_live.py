@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from .stack import FLAKY_MARKER, Stack, Traffic, send
+from tests.e2e_rollouts.stack import FLAKY_MARKER, Stack, Traffic, send
 
 ANALYSIS = {"interval_s": 2.0, "min_requests": 4, "max_error_rate": 0.1, "failure_limit": 0}
 CANARY_STEPS = [{"weight": 0.2, "pause_s": 1}, {"weight": 0.5, "pause_s": 1}]

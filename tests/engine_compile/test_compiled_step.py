@@ -19,7 +19,7 @@ from builtin_engine.loader import load_model
 from builtin_engine.model_runner import ModelRunner
 from builtin_engine.sampling_params import SamplingParams
 
-from ..engine_model.driver import BlockAllocator, Sequence
+from tests.engine_model.driver import BlockAllocator, Sequence
 
 pytestmark = pytest.mark.slow
 

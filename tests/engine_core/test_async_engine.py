@@ -11,7 +11,7 @@ from builtin_engine.engine import AsyncEngine, EngineShutDown
 from builtin_engine.sampling_params import SamplingParams
 from builtin_engine.simulator import SimulatedExecutor
 
-from .conftest import sim_config, sim_engine
+from tests.engine_core.conftest import sim_config, sim_engine
 
 
 def make_engine(**overrides) -> AsyncEngine:

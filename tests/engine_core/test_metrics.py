@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from builtin_engine.sampling_params import SamplingParams
 
-from .conftest import sim_engine
+from tests.engine_core.conftest import sim_engine
 
 EXPECTED_TYPES = {
     "vllm:num_requests_running": "gauge",

@@ -59,7 +59,7 @@ def test_the_engine_thread_takes_the_runners_thread_count():
     from builtin_engine.engine import AsyncEngine
     from builtin_engine.simulator import SimulatedExecutor
 
-    from .conftest import sim_config
+    from tests.engine_core.conftest import sim_config
 
     config = sim_config()
     executor = SimulatedExecutor(config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from builtin_engine.sampling_params import SamplingParams
 
-from .conftest import random_prompts, sim_engine
+from tests.engine_core.conftest import random_prompts, sim_engine
 
 PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
 

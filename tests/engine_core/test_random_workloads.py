@@ -7,7 +7,7 @@ import pytest
 
 from builtin_engine.sampling_params import SamplingParams
 
-from .conftest import random_prompts, sim_engine
+from tests.engine_core.conftest import random_prompts, sim_engine
 
 
 def _workload(rng: random.Random):

@@ -7,7 +7,7 @@ from builtin_engine.llm_engine import LLMEngine
 from builtin_engine.sampling_params import SamplingParams
 from builtin_engine.simulator import SimulatedExecutor
 
-from .conftest import random_prompts, sim_config, sim_engine
+from tests.engine_core.conftest import random_prompts, sim_config, sim_engine
 
 
 class RecordingExecutor(SimulatedExecutor):

@@ -7,7 +7,7 @@ from builtin_engine.executor import ScheduledRequest, SchedulerOutput
 from builtin_engine.sampling_params import SamplingParams
 from builtin_engine.simulator import SimulatedExecutor
 
-from .conftest import sim_config
+from tests.engine_core.conftest import sim_config
 
 
 def _sched(rid, tokens, start, blocks, sample=True, n_out=0):

@@ -5,7 +5,7 @@ import json
 
 from builtin_engine.sampling_params import SamplingParams
 
-from .conftest import sim_engine
+from tests.engine_core.conftest import sim_engine
 
 
 def test_every_executed_step_is_one_line(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from builtin_engine.sampling_params import SamplingParams
 
-from .driver import BlockAllocator, Sequence, generate, step
+from tests.engine_model.driver import BlockAllocator, Sequence, generate, step
 
 DECODE_STEPS = 6
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .driver import generate
+from tests.engine_model.driver import generate
 
 PROMPTS = [
     "What is the capital of France?",

@@ -9,7 +9,7 @@ import torch
 from builtin_engine.executor import ScheduledRequest, SchedulerOutput
 from builtin_engine.sampling_params import SamplingParams
 
-from .driver import generate
+from tests.engine_model.driver import generate
 
 
 def test_block_budget(engine_config, runner):

@@ -15,7 +15,7 @@ from builtin_engine.model_runner import ModelRunner
 from builtin_engine.quantization import Int8Weight, linear
 from builtin_engine.sampling_params import SamplingParams
 
-from .test_half_precision import PROMPTS, last_logprobs
+from tests.engine_model.test_half_precision import PROMPTS, last_logprobs
 
 MAX_MEAN_KL = 0.02
 

@@ -8,7 +8,7 @@ from builtin_engine.llm_engine import LLMEngine
 from builtin_engine.model_runner import ModelRunner
 from builtin_engine.sampling_params import SamplingParams
 
-from .conftest import real_config
+from tests.engine_spec.conftest import real_config
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from control_plane.rollouts.spec import Analysis
 from registry import queries as q
 from registry.models import Slo
 
-from .conftest import MODEL, Traffic
+from tests.rollouts.conftest import MODEL, Traffic
 
 
 def scrape_at(traffic: Traffic, t: float):

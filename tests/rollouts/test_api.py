@@ -15,7 +15,7 @@ from registry.models import AuditLog, Slo
 from registry.queries import get_snapshot_version
 from tests.control_plane.conftest import build_admin_app
 
-from .conftest import MODEL, Clock, Traffic, seed
+from tests.rollouts.conftest import MODEL, Clock, Traffic, seed
 
 URL = "/admin/v1/rollouts"
 CANARY = {"model": MODEL, "candidate_version": "v2",

@@ -15,7 +15,7 @@ from registry import queries as q
 from registry.models import AuditLog, Slo
 from registry.snapshot import SplitView, build_snapshot
 
-from .conftest import MODEL
+from tests.rollouts.conftest import MODEL
 
 ANALYSIS = {"interval_s": 60, "min_requests": 20, "max_error_rate": 0.05,
             "max_p95_latency_ratio": 1.5, "failure_limit": 0}

@@ -11,7 +11,7 @@ from control_plane.rollouts.metrics_source import (
 from gateway.metrics import GatewayMetrics
 from tests.conftest import free_port
 
-from .conftest import Traffic
+from tests.rollouts.conftest import Traffic
 
 
 def scrape_of(traffic: Traffic):
