@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rule_model import ENGINE_JOB, GATEWAY_JOB, Alert, RuleConfig, group, number
 
-from registry.vocabulary import BreakerState, RolloutPhase
+from common.vocabulary import BreakerState, RolloutPhase
 
 GW = f'job="{GATEWAY_JOB}"'
 ENGINE = f'job="{ENGINE_JOB}"'

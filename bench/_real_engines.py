@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 
 from bench.routing_bench import free_port  # noqa: F401  (re-exported for tests/peers)
+from common.vocabulary import EngineKind
 from control_plane.supervisor import EngineSpec
-from registry.vocabulary import EngineKind
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED = "smollm2"

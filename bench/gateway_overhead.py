@@ -49,14 +49,15 @@ def serve_gateway(port: int, engine_port: int, log_level: str, tracing: bool,
     the way `inferplane gateway` serves it (uvloop, httptools, its own logging setup), in
     `workers` processes on one socket (limits shared through the supervisor's store)."""
     sys.path.insert(0, str(ROOT))
-    from builtin_engine.connections import listen_sockets
+    from common.connections import listen_sockets
 
     socks = listen_sockets("127.0.0.1", port, workers)
     if workers > 1:
-        from gateway.workers import serve_workers
+        from common.workers import serve_workers
+        from gateway.limits.shared import limits_store
         sys.exit(serve_workers(socks, lambda sock: _serve_one(sock, engine_port, log_level,
                                                               tracing, gc_freeze) or 0,
-                               shared_limits=True))
+                               limits_store()))
     _serve_one(socks[0], engine_port, log_level, tracing, gc_freeze)
 
 
@@ -65,9 +66,9 @@ def _serve_one(sock, engine_port: int, log_level: str, tracing: bool, gc_freeze:
 
     import uvicorn
 
+    from common.auth.keys import hash_key
     from gateway.app import create_gateway_app
     from gateway.settings import GatewaySettings
-    from registry.keys import hash_key
     from registry.snapshot import BackendView, KeyView, ModelView, RoutingSnapshot
 
     for noisy in ("httpx", "httpcore"):   # as `inferplane gateway` does (control_plane.up)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 
-from builtin_engine.connections import error_body
+from common.connections import error_body
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 API_KEY_ENV = "INFERPLANE_ENGINE_API_KEY"  # how a supervisor hands the key over (not argv)

@@ -10,7 +10,7 @@ import time
 
 from builtin_engine.api_key import API_KEY_ENV
 from builtin_engine.config import EngineConfig
-from builtin_engine.connections import ConnectionLimits
+from common.connections import ConnectionLimits
 
 log = logging.getLogger("inferplane.engine")
 
@@ -172,7 +172,7 @@ def lora_roots_from_args(a: argparse.Namespace) -> list[str]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from builtin_engine.connections import PortInUse, listen_socket, uvicorn_config
+    from common.connections import PortInUse, listen_socket, uvicorn_config
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")

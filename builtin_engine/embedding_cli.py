@@ -37,9 +37,9 @@ def serve_embeddings(args: argparse.Namespace, sock, model_dir: Path) -> int:
     from fastapi import FastAPI
 
     from builtin_engine.cli import _Progress, connection_limits_from_args
-    from builtin_engine.connections import uvicorn_config
     from builtin_engine.embedding_server import create_embedding_app
     from builtin_engine.tracing import setup_engine_tracing
+    from common.connections import uvicorn_config
 
     started = time.monotonic()
     embedder = load_embedder(model_dir, device=args.device, dtype=_dtype(args.dtype),

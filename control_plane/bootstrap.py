@@ -9,17 +9,16 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry import keys as keyring
+from common.auth import keys as keyring
+from common.vocabulary import BackendState, Role, Tier
+from control_plane.settings import ModelSpec, Settings
+from control_plane.supervisor import EngineSpec, free_port
 from registry.access_models import ApiKey
 from registry.access_queries import create_key
 from registry.models import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
 from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model
-from registry.vocabulary import BackendState, Role, Tier
-
-from control_plane.settings import ModelSpec, Settings
-from control_plane.supervisor import EngineSpec, free_port
 
 ADMIN_KEY_NAME = "admin"
 
@@ -59,7 +58,10 @@ def register_models(sessions: sessionmaker, settings: Settings) -> list[EngineSp
     """Write the configured models and backends; return the hot models' engines (builtin or
     vllm) to start. Managed backends from an earlier run are replaced (their ports may differ
     now)."""
-    from control_plane.tiers.config import EngineTemplate, startable  # the tiers package imports this module
+    from control_plane.tiers.config import (  # the tiers package imports this module
+        EngineTemplate,
+        startable,
+    )
 
     specs: list[EngineSpec] = []
     port = settings.engine_port_base

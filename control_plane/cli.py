@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from registry.vocabulary import BudgetPeriod, Priority, Role, values
+from common.vocabulary import BudgetPeriod, Priority, Role, values
 
 
 def _add_server_args(p: argparse.ArgumentParser, port: int = 8000) -> None:

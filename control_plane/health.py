@@ -23,14 +23,12 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from registry.models import Backend
-
-from registry.errors import InvalidError
-from registry.queries import bump_snapshot_version, set_backend_state
-from registry.vocabulary import BackendState
-
+from common.vocabulary import BackendState
 from control_plane.backend_allowlist import DEFAULT, BackendAllowlist
 from control_plane.health_gauge import BackendHealthGauge
+from registry.errors import InvalidError
+from registry.models import Backend
+from registry.queries import bump_snapshot_version, set_backend_state
 
 log = logging.getLogger("inferplane.health")
 

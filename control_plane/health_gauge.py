@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
+from common.vocabulary import BackendState, Tier
 from registry.models import Backend, Model
-from registry.vocabulary import BackendState, Tier
 
 
 @dataclass(frozen=True)

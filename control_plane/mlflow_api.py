@@ -8,12 +8,11 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
+from common.auth.principal import Principal
+from common.errors import OpenAIError
+from control_plane.admin.common import ADMIN_PREFIX, operator
 from registry.mlflow_remote import MlflowUnavailable
 from registry.mlflow_sync import MlflowSync
-
-from control_plane.admin.common import ADMIN_PREFIX, operator
 
 
 class SyncRequest(BaseModel):

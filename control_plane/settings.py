@@ -21,9 +21,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.modalities import Modality
+from common.vocabulary import EngineKind, RoutingStrategy, Tier
+from gateway.request_path.modalities import Modality
 from gateway.settings import GatewaySettings, RoutingSettings
-from registry.vocabulary import EngineKind, RoutingStrategy, Tier
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -80,7 +80,7 @@ class MlflowSettings(BaseModel):
 
 
 class ServerSettings(BaseModel):
-    """Connection hygiene of the HTTP server (builtin_engine.connections.ConnectionLimits)."""
+    """Connection hygiene of the HTTP server (common.connections.ConnectionLimits)."""
     model_config = ConfigDict(extra="forbid")
     keep_alive_s: float = Field(5.0, gt=0)
     header_timeout_s: float = Field(10.0, gt=0)
@@ -89,7 +89,7 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
     def limits(self):
-        from builtin_engine.connections import ConnectionLimits
+        from common.connections import ConnectionLimits
 
         return ConnectionLimits(**self.model_dump())
 

@@ -30,8 +30,8 @@ from typing import Awaitable, Callable
 import httpx
 
 from builtin_engine.api_key import API_KEY_ENV
+from common.vocabulary import BackendState, EngineKind
 from engine_adapter import engine_keys
-from registry.vocabulary import BackendState, EngineKind
 
 log = logging.getLogger("inferplane.supervisor")
 

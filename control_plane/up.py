@@ -28,12 +28,11 @@ def _on_registry_change(snapshots):
 def _build_app(settings: Settings, sessions, snapshots, tiers):
     """Gateway + admin API + console in one app; returns it with the rollout controller that
     analyses this gateway's own per-version metrics. Cold models start through `tiers`."""
-    from gateway.app import create_gateway_app
-    from gateway.coldstart import InProcessColdStarter
-
     from control_plane.console import mount_console
     from control_plane.rollouts import RolloutController
     from control_plane.rollouts.metrics_source import RegistryMetricsSource
+    from control_plane.tiers.cold_starter import InProcessColdStarter
+    from gateway.app import create_gateway_app
 
     app = create_gateway_app(_gateway_settings(settings), snapshots,
                              cold_starter=InProcessColdStarter(tiers, snapshots))
@@ -63,9 +62,8 @@ def _mlflow_sync(settings: Settings, app, sessions, snapshots):
     """The optional MLflow Model Registry sync: its admin route now, its loop as a coroutine."""
     if settings.mlflow is None:
         return None
-    from registry.mlflow_sync import MlflowSync
-
     from control_plane.mlflow_api import build_mlflow_router
+    from registry.mlflow_sync import MlflowSync
 
     sync = MlflowSync(sessions, settings.mlflow.tracking_uri, prefix=settings.mlflow.prefix)
     app.include_router(build_mlflow_router(sync, snapshots))
@@ -88,7 +86,7 @@ async def _usage_to_sql(app, sessions):
 
 
 def _server(app, settings: Settings) -> uvicorn.Server:
-    from builtin_engine.connections import uvicorn_config
+    from common.connections import uvicorn_config
 
     config = uvicorn_config(app, settings.server.limits(), host=settings.host, port=settings.port,
                             log_level="warning", loop="none", lifespan="on",
@@ -100,7 +98,7 @@ def _listen(settings: Settings, count: int = 1):
     """The server's sockets (`count` of them, one per gateway worker), bound before anything
     loads; None (after saying why) when the port is taken, so no engine starts and nothing
     claims to be ready."""
-    from builtin_engine.connections import PortInUse, listen_sockets
+    from common.connections import PortInUse, listen_sockets
 
     try:
         return listen_sockets(settings.host, settings.port, count)
@@ -142,7 +140,7 @@ async def _up(settings: Settings, sock) -> None:
 
 
 def _configure_logging() -> None:
-    from gateway.logging_setup import configure_logging
+    from common.logging_setup import configure_logging
 
     configure_logging("INFO")  # one JSON handler; the gateway app re-applies its own settings
     for noisy in ("httpx", "httpcore", "alembic"):
@@ -179,9 +177,8 @@ def run_up(settings: Settings, workers: int = 1) -> int:
 
 async def _gateway(settings: Settings, sock, link=None) -> None:
     """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`."""
-    from registry.db import make_session_factory
-
     from control_plane.snapshots import SnapshotSource
+    from registry.db import make_session_factory
 
     if link is not None:   # the registry exists once the control plane answers
         await link.wait_ready()
@@ -207,9 +204,10 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
     if socks is None:
         return 1
     if workers > 1:   # limits stay exact: in Redis, or in one store the supervisor serves
-        from gateway.workers import serve_workers
+        from common.workers import serve_workers
+        from gateway.limits.shared import limits_store
         return serve_workers(socks, lambda sock: _run(_gateway(settings, sock)),
-                             shared_limits=not settings.redis_url)
+                             None if settings.redis_url else limits_store())
     return _run(_gateway(settings, socks[0]))
 
 
@@ -256,8 +254,7 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry, make_asgi_app
 
-    from gateway.auth import install_auth
-
+    from common.auth.authenticate import install_auth
     from control_plane.console import mount_console
     from control_plane.rollouts import RolloutController
     from control_plane.snapshots import SnapshotSource

@@ -7,7 +7,7 @@ connection or engine yet, so no child inherits a lock held mid-use or a shared c
 
     inferplane up            control plane: admin API, console, registry, tiers, rollouts,
     |                        engine supervisor, on a private unix socket (control.sock)
-    +- worker supervisor     forked first; gateway.workers.serve_workers: the shared limits
+    +- worker supervisor     forked first; common.workers.serve_workers: the shared limits
     |  +- gateway worker     and budget store, merged metrics, a dead worker replaced
     |  +- gateway worker ... each accepts on the public port, as `inferplane gateway` does
     +- builtin engines
@@ -75,7 +75,7 @@ class ControlPlaneLink:
             (self.data_dir / "admin.key").read_text().strip()
 
     def cold_starter(self, snapshots):
-        from gateway.coldstart import HttpColdStarter
+        from gateway.traffic.coldstart import HttpColdStarter
 
         return HttpColdStarter(CONTROL_BASE, self.admin_key(), snapshots,
                                client=self.client(httpx.Timeout(70.0, connect=5.0)))
@@ -177,7 +177,7 @@ class ControlPlaneRoutes:
 
 
 def _unavailable(exc: Exception):
-    from gateway.errors import InferplaneError
+    from common.errors import InferplaneError
 
     return InferplaneError(f"the control plane is not answering: {exc}", status=503,
                            code="control_plane_unavailable").response()
@@ -196,12 +196,14 @@ def run_up_workers(settings: Settings, workers: int) -> int:
     link = ControlPlaneLink(str(Path(run_dir) / "control.sock"), Path(settings.data_dir))
     pid = os.fork()
     if pid == 0:
-        from gateway.workers import serve_workers
+        from common.workers import serve_workers
+        from gateway.limits.shared import limits_store
 
         code = 1
         try:
             code = serve_workers(socks, lambda sock: _run(_gateway(settings, sock, link)),
-                                 shared_limits=not settings.redis_url, replace=True)
+                                 None if settings.redis_url else limits_store(),
+                                 replace=True)
         finally:
             os._exit(code)
     for sock in socks:   # only the workers accept on the public port
@@ -230,8 +232,7 @@ def _local_metrics_url(settings: Settings) -> str:
 
 async def _control_plane(settings: Settings, sock: socket.socket, supervisor: int,
                          workers: int) -> None:
-    from gateway.workers import watch_exit
-
+    from common.workers import watch_exit
     from control_plane.up import _server, control_plane_app
 
     urls = settings.gateway_metrics_urls or [_local_metrics_url(settings)]

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.orm import sessionmaker
 
-from gateway.usage import UsageWriter
-from gateway.usage_record import UsageRecord as GatewayUsage
+from common.usage_record import UsageRecord as GatewayUsage
+from common.usage_writer import UsageWriter
 from registry.access_queries import UsageRecord, record_usage
 from registry.request_log import append_requests, prune_requests
 from registry.usage_rollup import add_to_rollups

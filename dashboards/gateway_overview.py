@@ -1,9 +1,9 @@
 """Gateway overview: traffic, errors, latency, token latency, admission and backends."""
 from __future__ import annotations
 
-from grafana import RATE, dashboard, query_variable, quantiles, stat, target, timeseries
+from grafana import RATE, dashboard, quantiles, query_variable, stat, target, timeseries
 
-from registry.vocabulary import BreakerState
+from common.vocabulary import BreakerState
 
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
 SEL_NO_MODEL = 'job=~"$job", instance=~"$instance"'

@@ -1,10 +1,18 @@
 """Rollouts: rollout state and a side-by-side comparison of model versions."""
 from __future__ import annotations
 
-from grafana import (RATE, dashboard, query_variable, quantiles, state_timeline, target,
-                     timeseries, value_mappings)
+from grafana import (
+    RATE,
+    dashboard,
+    quantiles,
+    query_variable,
+    state_timeline,
+    target,
+    timeseries,
+    value_mappings,
+)
 
-from registry.vocabulary import RolloutPhase
+from common.vocabulary import RolloutPhase
 
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
 PHASE_COLOURS = {

@@ -1,6 +1,6 @@
 """Adapters from the gateway's request path to inference engines."""
+from common.vocabulary import EngineKind
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
-from registry.vocabulary import EngineKind
 
 __all__ = ["EngineAdapter", "EngineError", "EngineStream", "LoadView", "create_adapter"]
 

@@ -1,5 +1,5 @@
 """The gateway ASGI app: OpenAI routes, health, /metrics. The control plane mounts its admin
-routers on the same app (auth dependencies: gateway.auth.authenticate / require_role)."""
+routers on the same app (auth dependencies: common.auth.authenticate.authenticate / require_role)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,16 +12,22 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.errors import install_error_handlers
-from gateway.fast_lane import GatewayApp
-from gateway.openapi_doc import install_openapi
-from gateway.logging_setup import configure_logging
-from gateway.request_context import RequestContextMiddleware
-from gateway.tracing import configure_from_settings
-from gateway.responses import OrjsonResponse
-from gateway.routers import chat, completions, embeddings, health, messages, models, responses
+from common.errors import install_error_handlers
+from common.logging_setup import configure_logging
+from common.openapi_doc import install_openapi
+from common.request_context import RequestContextMiddleware
+from common.tracing import configure_from_settings
+from gateway.apis.anthropic import router as messages
+from gateway.apis.chat import router as chat
+from gateway.apis.completions import router as completions
+from gateway.apis.embeddings import router as embeddings
+from gateway.apis.health import router as health
+from gateway.apis.models import router as models
+from gateway.apis.responses import router as responses
+from gateway.request_path.fast_lane import GatewayApp
+from gateway.request_path.json_response import OrjsonResponse
+from gateway.services import GatewayServices, build_services, poll_engine_load
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayServices, build_services, poll_engine_load
 
 log = logging.getLogger("inferplane.gateway")
 # FastAPI releases with built-in OpenTelemetry would add a second server span per request
@@ -57,7 +63,7 @@ def _lifespan(state: GatewayServices):
 
 def create_gateway_app(settings: GatewaySettings, snapshot_source,
                        cold_starter=None) -> FastAPI:
-    """`cold_starter` (gateway.coldstart.ColdStarter): starts cold models on demand."""
+    """`cold_starter` (gateway.traffic.coldstart.ColdStarter): starts cold models on demand."""
     if settings.log_json:
         configure_logging(settings.log_level, log_prompts=settings.log_prompts)
     configure_from_settings(settings.tracing)

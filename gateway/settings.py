@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from registry.vocabulary import RoutingStrategy
+from common.auth.jwt_verifier import JWTSettings
+from common.vocabulary import RoutingStrategy
 
 
 class _Section(BaseModel):
@@ -50,25 +51,6 @@ class TimeoutSettings(_Section):
     connect: float = Field(5.0, gt=0)
     first_token: float = Field(60.0, gt=0)
     total: float = Field(600.0, gt=0)
-
-
-class JWTSettings(_Section):
-    enabled: bool = False
-    issuer: str | None = None
-    audience: str | None = None
-    jwks_url: str | None = None
-    secret: str | None = None          # HS256 shared secret when no JWKS
-    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "HS256"])
-    role_claim: str = "role"
-    team_claim: str = "team"
-    models_claim: str = "models"
-    leeway_s: float = 0.0
-
-    @model_validator(mode="after")
-    def _needs_a_key(self) -> "JWTSettings":
-        if self.enabled and not (self.jwks_url or self.secret):
-            raise ValueError("jwt.enabled needs jwks_url or secret")
-        return self
 
 
 class LimitDefaults(_Section):

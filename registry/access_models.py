@@ -9,8 +9,17 @@ from typing import Any
 from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from registry.models import BUDGET_PERIODS, PRIORITIES, ROLES, Base, Timestamps, Versioned, one_of, utcnow
-from registry.vocabulary import Priority, Role
+from common.vocabulary import Priority, Role
+from registry.models import (
+    BUDGET_PERIODS,
+    PRIORITIES,
+    ROLES,
+    Base,
+    Timestamps,
+    Versioned,
+    one_of,
+    utcnow,
+)
 
 
 class Team(Versioned, Timestamps, Base):

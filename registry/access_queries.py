@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
+from common.auth.keys import KEY_PREFIX, display_prefix, generate_key, hash_key
+from common.vocabulary import Priority, Role
 from registry.errors import ConflictError, InvalidError, NotFoundError
-from registry.keys import KEY_PREFIX, display_prefix, generate_key, hash_key
 from registry.models import ApiKey, Team, Usage, utcnow
 from registry.named import create_named, get_named
-from registry.vocabulary import Priority, Role
 
 MIN_SECRET_LEN = 20  # imported secrets shorter than this are guessable
 

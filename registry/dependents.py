@@ -13,9 +13,9 @@ from __future__ import annotations
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from common.vocabulary import RolloutState
 from registry.errors import ConflictError
 from registry.models import Alias, Model, ModelVersion, Rollout
-from registry.vocabulary import RolloutState
 
 LIVE_ROLLOUT_STATES = (RolloutState.PENDING, RolloutState.RUNNING,  # not yet promoted,
                        RolloutState.PAUSED)                     # rolled back, aborted

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from gateway.errors import InferplaneError
+from common.errors import InferplaneError
 
 
 class RegistryError(InferplaneError):

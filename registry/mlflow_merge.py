@@ -19,16 +19,23 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.vocabulary import VersionKind
 from registry.errors import RegistryError
 from registry.mlflow_remote import (
-    FIELD_TAGS, TAG_BASE, TAG_KIND, TAG_LABEL, TAG_SOURCE, MlflowRegistry, RemoteModel,
-    mlflow_alias_problem, mlflow_source,
+    FIELD_TAGS,
+    TAG_BASE,
+    TAG_KIND,
+    TAG_LABEL,
+    TAG_SOURCE,
+    MlflowRegistry,
+    RemoteModel,
+    mlflow_alias_problem,
+    mlflow_source,
 )
 from registry.mlflow_state import load_base, save_base
 from registry.models import Alias, Model, ModelVersion
 from registry.queries import add_version, audit, delete_alias, set_alias, upsert_model
 from registry.serialize import row_to_dict
-from registry.vocabulary import VersionKind
 
 if TYPE_CHECKING:
     from registry.mlflow_sync import SyncReport

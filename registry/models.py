@@ -26,8 +26,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
-from registry.vocabulary import (BackendState, BudgetPeriod, EngineKind, Priority, Role,
-                                 RolloutState, Tier, VersionKind, VersionStatus, values)
+from common.vocabulary import (
+    BackendState,
+    BudgetPeriod,
+    EngineKind,
+    Priority,
+    Role,
+    RolloutState,
+    Tier,
+    VersionKind,
+    VersionStatus,
+    values,
+)
 
 # The CHECK constraints' allowed values (their text is what the migrations created).
 TIERS = values(Tier)
@@ -90,7 +100,7 @@ class Model(Versioned, Timestamps, Base):
     tier: Mapped[str] = mapped_column(String(10), default=Tier.HOT.value)
     price_in_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
     price_out_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
-    # content types the model reads (gateway.modalities); text-only unless declared
+    # content types the model reads (gateway.request_path.modalities); text-only unless declared
     modalities: Mapped[list[Any]] = mapped_column(default=lambda: ["text"])
 
     versions: Mapped[list[ModelVersion]] = relationship(
@@ -244,7 +254,12 @@ class RolloutEvent(Base):
 
 
 from registry.access_models import (  # noqa: E402  (same metadata, split for file size)
-    ApiKey, AuditLog, RegistryState, Slo, Team, Usage,
+    ApiKey,
+    AuditLog,
+    RegistryState,
+    Slo,
+    Team,
+    Usage,
 )
 from registry.mlflow_state import MlflowAliasState  # noqa: E402,F401  (same metadata)
 from registry.request_log import RequestLog  # noqa: E402,F401  (same metadata)

@@ -11,19 +11,32 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from registry.errors import ConflictError, InvalidError, NotFoundError, check_row_version
-from registry.models import (
-    Adapter, Alias, AliasHistory, AuditLog, Backend, BackendAdapter, Model, ModelVersion,
-    RegistryState, utcnow,
-)
-from registry.named import create_named, get_named
-from registry.vocabulary import VersionKind
+from common.vocabulary import VersionKind
 
 # Access-control queries live in their own module; re-exported so callers have one import.
 from registry.access_queries import (  # noqa: F401
-    create_key, create_team, get_key, get_team, record_usage, revoke_key, rotate_key,
+    create_key,
+    create_team,
+    get_key,
+    get_team,
+    record_usage,
+    revoke_key,
+    rotate_key,
 )
-
+from registry.errors import ConflictError, InvalidError, NotFoundError, check_row_version
+from registry.models import (
+    Adapter,
+    Alias,
+    AliasHistory,
+    AuditLog,
+    Backend,
+    BackendAdapter,
+    Model,
+    ModelVersion,
+    RegistryState,
+    utcnow,
+)
+from registry.named import create_named, get_named
 
 # --- registry state + audit -------------------------------------------------------------
 

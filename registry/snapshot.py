@@ -19,10 +19,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from common.vocabulary import RolloutState, SplitMode
 from registry.models import Alias, ApiKey, Backend, Model, Rollout, Team
 from registry.queries import get_snapshot_version
 from registry.serialize import as_utc
-from registry.vocabulary import RolloutState, SplitMode
 
 DEFAULT_ALIAS = "default"  # the version plain model-name traffic goes to (no rollout active)
 ACTIVE_ROLLOUT_STATES = (RolloutState.RUNNING, RolloutState.PAUSED)
@@ -66,7 +66,7 @@ class ModelView:
     adapters: tuple[str, ...] = ()
     # splits of "<model>:<alias>" requests for an alias a rollout is moving
     alias_splits: Mapping[str, tuple[SplitView, ...]] = field(default_factory=lambda: EMPTY)
-    modalities: tuple[str, ...] = ("text",)  # content types it reads (gateway.modalities)
+    modalities: tuple[str, ...] = ("text",)  # content types it reads (gateway.request_path.modalities)
 
     def backends_for(self, version: str | None) -> tuple[BackendView, ...]:
         if version is None:

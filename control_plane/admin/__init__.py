@@ -9,10 +9,22 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.admin import adapters, aliases, audit, backends, keys, models, slos, teams, versions
-from control_plane.admin import backend_status, requests, usage, whoami
-from gateway.openapi_doc import install_openapi
-
+from common.openapi_doc import install_openapi
+from control_plane.admin import (
+    adapters,
+    aliases,
+    audit,
+    backend_status,
+    backends,
+    keys,
+    models,
+    requests,
+    slos,
+    teams,
+    usage,
+    versions,
+    whoami,
+)
 from control_plane.admin.common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,

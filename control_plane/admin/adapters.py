@@ -8,13 +8,30 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
 from sqlalchemy import select
 
-from gateway.auth import Principal
+from common.auth.principal import Principal
+from control_plane.admin.common import (
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    Page,
+    PageDep,
+    PathName,
+    RowId,
+    delete_row,
+    image,
+    operator,
+    paginate,
+    with_etag,
+)
 from registry.models import Adapter
-from registry.queries import add_adapter, attach_adapter, detach_adapter, get_adapter, \
-    get_backend, get_model
-
-from control_plane.admin.common import PathName, RowId, delete_row, NAME_PATTERN, AdminContext, Body, Page, \
-    PageDep, image, operator, paginate, with_etag
+from registry.queries import (
+    add_adapter,
+    attach_adapter,
+    detach_adapter,
+    get_adapter,
+    get_backend,
+    get_model,
+)
 
 
 class AdapterCreate(Body):

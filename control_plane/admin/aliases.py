@@ -11,14 +11,25 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import Field
 from sqlalchemy import select
 
-from gateway.auth import Principal
+from common.auth.principal import Principal
+from control_plane.admin.common import (
+    MAX_INT,
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    Page,
+    PageDep,
+    PathName,
+    actor_of,
+    expected_row_version,
+    image,
+    operator,
+    paginate,
+    with_etag,
+)
+from registry.dependents import check_alias_unused
 from registry.models import Alias, AliasHistory
 from registry.queries import delete_alias, get_alias, get_model, set_alias
-
-from registry.dependents import check_alias_unused
-
-from control_plane.admin.common import MAX_INT, NAME_PATTERN, AdminContext, Body, Page, PageDep, PathName, actor_of, \
-    expected_row_version, image, operator, paginate, with_etag
 
 AliasName = Annotated[str, Path(min_length=1, max_length=100)]
 NewAlias = Annotated[str, Path(min_length=1, max_length=100, pattern=NAME_PATTERN)]

@@ -12,12 +12,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
-from registry.models import AuditLog
-from registry.vocabulary import Role
-
+from common.auth.principal import Principal
+from common.errors import OpenAIError
+from common.vocabulary import Role
 from control_plane.admin.common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
+from registry.models import AuditLog
 
 ADMIN_ONLY_RESOURCES = ("api_key", "team")  # the resources only admins may read
 Filter = Annotated[str | None, Query(max_length=300)]

@@ -11,10 +11,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
-from registry.vocabulary import BreakerState
-
+from common.auth.principal import Principal
+from common.errors import OpenAIError
+from common.vocabulary import BreakerState
 from control_plane.admin.common import AdminContext, operator
 
 
@@ -37,7 +36,7 @@ class BackendStatusList(BaseModel):
 
 def backend_status(gateway) -> list[dict]:
     book = gateway.router.book
-    breakers = gateway.breaker.states()  # a backend never tried has no breaker yet: closed
+    breakers = gateway.traffic.breaker.states()  # a backend never tried has no breaker yet: closed
     out = []
     for model in gateway.snapshot.models.values():
         for b in model.backends:

@@ -8,16 +8,26 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, HttpUrl
 from sqlalchemy import select
 
-from gateway.auth import Principal
+from common.auth.principal import Principal
+from common.vocabulary import BackendState, EngineKind, Tier
+from control_plane.admin.common import (
+    AdminContext,
+    Body,
+    Name,
+    Page,
+    PageDep,
+    Patch,
+    RowId,
+    delete_row,
+    image,
+    operator,
+    paginate,
+    patch_row,
+    with_etag,
+)
+from control_plane.backend_allowlist import allowlist_of
 from registry.models import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
-from registry.vocabulary import BackendState, EngineKind, Tier
-
-from control_plane.backend_allowlist import allowlist_of
-from control_plane.admin.common import Name, RowId, delete_row, patch_row, AdminContext, Body, Page, PageDep, \
-    Patch, image, operator, paginate, with_etag
-
-
 
 Command = Field(None, max_length=200, description="argv of a managed engine process")
 VersionLabel = Field(None, min_length=1, max_length=100)

@@ -14,15 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.auth import Principal, require_role
-from gateway.errors import InferplaneError, OpenAIError, install_error_handlers
-from registry import vocabulary
+from common import vocabulary
+from common.auth.authenticate import require_role
+from common.auth.principal import Principal
+from common.errors import InferplaneError, OpenAIError, install_error_handlers
+from common.vocabulary import Role
+from control_plane.admin.db_errors import install_db_error_handlers
 from registry.errors import check_row_version
 from registry.queries import audit, bump_snapshot_version
 from registry.serialize import row_to_dict
-from registry.vocabulary import Role
-
-from control_plane.admin.db_errors import install_db_error_handlers
 
 log = logging.getLogger("inferplane.admin")
 

@@ -1,11 +1,11 @@
 """The one place where registry and database errors become precise admin API answers.
 
-    install_db_error_handlers(app)   # after gateway.errors.install_error_handlers(app)
+    install_db_error_handlers(app)   # after common.errors.install_error_handlers(app)
 
 Request bodies are bounded so that these are the exception, not the rule; what still reaches
 the database and is refused there answers 4xx with the database's reason, never 500:
 
-    RegistryError  an InferplaneError answered by gateway.errors' handler: NotFound 404,
+    RegistryError  an InferplaneError answered by common.errors' handler: NotFound 404,
                    Conflict 409, Invalid 422 (well-formed, inconsistent with the registry:
                    unknown base version, a model falling back to itself, ...)
     StaleDataError 409 (a concurrent write won)
@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
-from gateway.errors import OpenAIError
+from common.errors import OpenAIError
 
 log = logging.getLogger("inferplane.admin")
 

@@ -10,17 +10,36 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, model_validator
 from sqlalchemy import select
 
-from gateway.auth import Principal
-from registry.access_queries import MIN_SECRET_LEN, check_admin_remains, check_team, \
-    create_key, get_key, revoke_key, rotate_key
-from registry.models import ApiKey
-from registry.vocabulary import Priority, Role
-
+from common.auth.principal import Principal
+from common.vocabulary import Priority, Role
 from control_plane.admin.budget_status import budget_status
-from control_plane.admin.common import BudgetPeriod, Count, Money, Name, RowId, patch_row, AdminContext, \
-    Body, Page, PageDep, Patch, admin, image, paginate, with_etag
-
-
+from control_plane.admin.common import (
+    AdminContext,
+    Body,
+    BudgetPeriod,
+    Count,
+    Money,
+    Name,
+    Page,
+    PageDep,
+    Patch,
+    RowId,
+    admin,
+    image,
+    paginate,
+    patch_row,
+    with_etag,
+)
+from registry.access_queries import (
+    MIN_SECRET_LEN,
+    check_admin_remains,
+    check_team,
+    create_key,
+    get_key,
+    revoke_key,
+    rotate_key,
+)
+from registry.models import ApiKey
 
 Secret = Field(None, min_length=MIN_SECRET_LEN, max_length=200, pattern=r"^[\x21-\x7e]+$",
                 description="import a known secret instead of generating one")

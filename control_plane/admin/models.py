@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gateway.auth import Principal
-from gateway.modalities import Modality
+from common.auth.principal import Principal
+from common.vocabulary import RoutingStrategy, Tier
+from control_plane.admin.common import (
+    MAX_INT,
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    Name,
+    Page,
+    PageDep,
+    Patch,
+    PathName,
+    delete_row,
+    image,
+    operator,
+    paginate,
+    patch_row,
+    with_etag,
+)
+from gateway.request_path.modalities import Modality
 from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
 from registry.models import Model
 from registry.queries import create_model, get_model
-from registry.vocabulary import RoutingStrategy, Tier
-
-from control_plane.admin.common import MAX_INT, Name, PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, \
-    Body, Page, PageDep, Patch, image, operator, paginate, with_etag
-
-
 
 ContextLength = Field(None, gt=0, le=MAX_INT)
 Price = Field(None, ge=0, le=1e6, description="USD per 1000 tokens")

@@ -14,11 +14,10 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from gateway.auth import Principal
-from registry.request_log import RequestLog
-
+from common.auth.principal import Principal
 from control_plane.admin.common import MAX_PAGE, AdminContext, cursor_page, operator
 from control_plane.admin.usage import utc
+from registry.request_log import RequestLog
 
 Status = Literal["ok", "error", "aborted"]
 

@@ -9,14 +9,25 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import Field, model_validator
 from sqlalchemy import select
 
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
+from common.auth.principal import Principal
+from common.errors import OpenAIError
+from control_plane.admin.common import (
+    MAX_INT,
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    Name,
+    Page,
+    PageDep,
+    PathName,
+    RowId,
+    image,
+    operator,
+    paginate,
+)
 from registry.errors import NotFoundError
 from registry.models import Slo
 from registry.queries import get_model
-
-from control_plane.admin.common import MAX_INT, Name, PathName, RowId, NAME_PATTERN, AdminContext, Body, Page, \
-    PageDep, image, operator, paginate
 
 
 class SloCreate(Body):

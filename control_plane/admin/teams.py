@@ -6,15 +6,29 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
 from sqlalchemy import func, select
 
-from gateway.auth import Principal
-from registry.access_queries import create_team, get_team
-from registry.models import ApiKey, Team
-
+from common.auth.principal import Principal
 from control_plane.admin.budget_status import budget_status
+from control_plane.admin.common import (
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    BudgetPeriod,
+    Count,
+    Money,
+    Page,
+    PageDep,
+    Patch,
+    PathName,
+    admin,
+    delete_row,
+    image,
+    paginate,
+    patch_row,
+    with_etag,
+)
+from registry.access_queries import create_team, get_team
 from registry.errors import ConflictError
-
-from control_plane.admin.common import BudgetPeriod, Count, Money, PathName, delete_row, patch_row, NAME_PATTERN, \
-    AdminContext, Body, Page, PageDep, Patch, admin, image, paginate, with_etag
+from registry.models import ApiKey, Team
 
 
 class TeamCreate(Body):

@@ -20,13 +20,12 @@ from pydantic import BaseModel
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
+from common.auth.principal import Principal
+from common.errors import OpenAIError
+from control_plane.admin.common import AdminContext, operator
 from registry.access_queries import ADDITIVE
 from registry.models import Usage
 from registry.usage_rollup import ROLLUPS, floor_to
-
-from control_plane.admin.common import AdminContext, operator
 
 GROUPS = ("team", "key", "model", "day", "hour")
 TIME_GROUPS = ("day", "hour")  # one time bucket at most: an hour already names its day

@@ -8,15 +8,27 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import AfterValidator, Field
 from sqlalchemy import select
 
-from gateway.auth import Principal
+from common.auth.principal import Principal
+from common.vocabulary import VersionKind, VersionStatus
+from control_plane.admin.common import (
+    NAME_PATTERN,
+    AdminContext,
+    Body,
+    Page,
+    PageDep,
+    Patch,
+    PathName,
+    delete_row,
+    image,
+    operator,
+    paginate,
+    patch_row,
+    with_etag,
+)
 from registry.dependents import check_version_unused
 from registry.json_values import check_storable
 from registry.models import ModelVersion
 from registry.queries import add_version, get_model, get_version
-from registry.vocabulary import VersionKind, VersionStatus
-
-from control_plane.admin.common import PathName, delete_row, patch_row, NAME_PATTERN, AdminContext, Body, Page, \
-    PageDep, Patch, image, operator, paginate, with_etag
 
 # Checked before saving: a value no reader can serialise would make the row, and every audit
 # page showing it, unreadable.

@@ -9,7 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from gateway.auth import Principal, authenticate
+from common.auth.authenticate import authenticate
+from common.auth.principal import Principal
 
 
 class Whoami(BaseModel):

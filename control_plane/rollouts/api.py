@@ -16,20 +16,26 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.auth.principal import Principal
+from common.errors import OpenAIError
 from control_plane.admin.common import (
-    ADMIN_PREFIX, AdminContext, Page, PageDep, RowId, actor_of, install_admin_error_handlers,
-    operator, paginate,
+    ADMIN_PREFIX,
+    AdminContext,
+    Page,
+    PageDep,
+    RowId,
+    actor_of,
+    install_admin_error_handlers,
+    operator,
+    paginate,
 )
-from gateway.auth import Principal
-from gateway.errors import OpenAIError
-from gateway.schemas import openapi_body
+from control_plane.rollouts import store
+from control_plane.rollouts import transitions as t
+from control_plane.rollouts.spec import DB_STATE, PHASES, ResumeBody, RolloutCreate
+from gateway.apis.schemas import openapi_body
 from registry.json_values import check_storable
 from registry.models import Model, Rollout
 from registry.queries import get_model
-
-from control_plane.rollouts import store, transitions as t
-from control_plane.rollouts.spec import DB_STATE, PHASES, ResumeBody, RolloutCreate
-
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package
     from control_plane.slo import SloTracker

@@ -31,15 +31,16 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from registry.models import Rollout
-from registry.queries import audit, bump_snapshot_version
-from registry.vocabulary import RolloutPhase as Phase, SplitMode
-
-from control_plane.rollouts import store, transitions as t
+from common.vocabulary import RolloutPhase as Phase
+from common.vocabulary import SplitMode
+from control_plane.rollouts import store
+from control_plane.rollouts import transitions as t
 from control_plane.rollouts.analysis import Measurement, measure, unavailable
 from control_plane.rollouts.gauges import RolloutGauges
 from control_plane.rollouts.metrics_source import MetricsUnavailable, Scrape
 from control_plane.rollouts.verdicts import decide
+from registry.models import Rollout
+from registry.queries import audit, bump_snapshot_version
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package
     from control_plane.slo import SloTracker

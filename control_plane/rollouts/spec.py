@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from registry.vocabulary import (RolloutPhase as Phase, RolloutState, RolloutStrategy, SplitMode,
-                                 values)
+from common.vocabulary import RolloutPhase as Phase
+from common.vocabulary import RolloutState, RolloutStrategy, SplitMode, values
 
 PHASES = values(Phase)
 PHASE_NUMBER = {phase: phase.code for phase in Phase}  # inferplane_rollout_state values

@@ -12,15 +12,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from gateway.errors import OpenAIError
+from common.errors import OpenAIError
+from common.vocabulary import BackendState, RolloutState
+from common.vocabulary import RolloutPhase as Phase
+from control_plane.rollouts.spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
+from control_plane.rollouts.transitions import enter, phase_of, spec_of, status_of
 from registry.errors import ConflictError, NotFoundError
 from registry.models import Alias, Backend, Model, ModelVersion, Rollout
 from registry.queries import get_model
 from registry.serialize import as_utc
-from registry.vocabulary import BackendState, RolloutPhase as Phase, RolloutState
-
-from control_plane.rollouts.spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
-from control_plane.rollouts.transitions import enter, phase_of, spec_of, status_of
 
 ACTIVE_DB_STATES = tuple(sorted({DB_STATE[p] for p in ACTIVE_PHASES}))
 

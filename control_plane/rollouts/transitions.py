@@ -12,14 +12,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry.errors import ConflictError
-from registry.models import Model, Rollout, RolloutEvent
-from registry.queries import set_alias
-from registry.vocabulary import RolloutPhase as Phase
-
+from common.vocabulary import RolloutPhase as Phase
 from control_plane.rollouts.analysis import Measurement
 from control_plane.rollouts.spec import DB_STATE, RolloutCreate, split_mode
 from control_plane.rollouts.verdicts import Decision
+from registry.errors import ConflictError
+from registry.models import Model, Rollout, RolloutEvent
+from registry.queries import set_alias
 
 
 def spec_of(rollout: Rollout) -> RolloutCreate:

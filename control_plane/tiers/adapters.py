@@ -21,11 +21,10 @@ from typing import Awaitable, Callable
 import httpx
 from sqlalchemy.orm import sessionmaker
 
-from engine_adapter import EngineError, create_adapter, engine_keys
-from registry.vocabulary import BackendState, EngineKind
-
+from common.vocabulary import BackendState, EngineKind
 from control_plane.tiers import store
 from control_plane.tiers.store import BackendRow, TierError
+from engine_adapter import EngineError, create_adapter, engine_keys
 
 log = logging.getLogger("inferplane.tiers.adapters")
 

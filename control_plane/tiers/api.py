@@ -17,10 +17,9 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.auth.principal import Principal
+from common.vocabulary import BackendState
 from control_plane.admin.common import ADMIN_PREFIX, operator
-from gateway.auth import Principal
-from registry.vocabulary import BackendState
-
 from control_plane.tiers.manager import TierManager
 
 MAX_WAKE_WAIT_S = 60.0  # one HTTP call holds no longer; the caller polls its snapshot after

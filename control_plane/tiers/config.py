@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from common.vocabulary import EngineKind
 from control_plane.settings import ModelSpec, TierSettings
 from control_plane.supervisor import MANAGED_ENGINES, EngineSpec
-from registry.vocabulary import EngineKind
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,15 @@ from typing import Callable
 import httpx
 from sqlalchemy.orm import sessionmaker
 
+from common.vocabulary import BackendState, Tier
 from control_plane.bootstrap import set_backend_state
 from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor, free_port
-from engine_adapter import create_adapter
-from registry.vocabulary import BackendState, Tier
-
 from control_plane.tiers import store
 from control_plane.tiers.adapters import AdapterManager, NoEngineForAdapter
 from control_plane.tiers.config import EngineTemplate, TierConfig
 from control_plane.tiers.policy import RateTracker, decide_tier
 from control_plane.tiers.store import TierError
+from engine_adapter import create_adapter
 
 log = logging.getLogger("inferplane.tiers")
 

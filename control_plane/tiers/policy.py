@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from registry.vocabulary import Tier
+from common.vocabulary import Tier
 
 
 class RateTracker:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.errors import InferplaneError
+from common.errors import InferplaneError
+from common.vocabulary import BackendState, EngineKind
 from registry.models import Adapter, Backend, BackendAdapter, Model
 from registry.queries import attach_adapter, bump_snapshot_version, detach_adapter
-from registry.vocabulary import BackendState, EngineKind
 
 
 class TierError(InferplaneError):

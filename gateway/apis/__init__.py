@@ -1,5 +1,7 @@
-"""Client APIs served by translation to chat completions: OpenAI Responses, Anthropic Messages.
+"""Client APIs the gateway serves, one folder each (router, endpoint, translate, stream).
 
-Each `*_translate` module is pure (dicts in, dicts out): request -> chat body, chat response ->
-the API's object, and a stream translator turning chat chunks into the API's typed events.
+Every API is an `Endpoint` on an `EngineProtocol` (endpoint.py). Chat and completions go to
+the engine as they are; Responses and Anthropic Messages translate to chat (their
+`translate.py` is pure: dicts in, dicts out) and back (`stream.py`: chat chunks into the
+API's typed events).
 """

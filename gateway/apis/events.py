@@ -26,7 +26,7 @@ def encode(events: list[dict]) -> bytes:
 
 
 class EventStream:
-    """`StreamEvents` (gateway/endpoints/base.py) over a stream translator: an object with
+    """`StreamEvents` (gateway/apis/endpoint.py) over a stream translator: an object with
     open() / feed(chunk) / close() / fail(message, code) returning event dicts and a
     `chat_usage` attribute. `on_close(translator)` runs when a stream ended complete."""
 

@@ -25,9 +25,16 @@ import time
 
 import orjson
 
+from common.workers import SharedStore
 from gateway.limits.base import RateLimiter, now_ms_from
-from gateway.limits.budget import (DEFAULT_HOLD_TTL_S, Budget, BudgetHold, Counter as SpendKey,
-                                   InMemorySpendTracker, SpendTracker)
+from gateway.limits.budget import (
+    DEFAULT_HOLD_TTL_S,
+    Budget,
+    BudgetHold,
+    InMemorySpendTracker,
+    SpendTracker,
+)
+from gateway.limits.budget import Counter as SpendKey
 from gateway.limits.types import BUCKET_S, WINDOW_S, Counter
 from gateway.limits.window import RawResult, WindowStore
 
@@ -59,6 +66,11 @@ def _sync(coro):
         return done.value
     coro.close()
     raise RuntimeError("an in-memory store awaited")
+
+
+def limits_store() -> SharedStore:
+    """The store `common.workers.serve_workers` serves to its workers when there is no Redis."""
+    return SharedStore(SOCKET_ENV, LimitsOwner)
 
 
 class LimitsOwner:

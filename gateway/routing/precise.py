@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from registry.vocabulary import RoutingStrategy
+
+from common.vocabulary import RoutingStrategy
 
 log = logging.getLogger("inferplane.gateway")
 TOKENIZE_TIMEOUT_S = 2.0

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from common.vocabulary import RoutingStrategy
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex, block_hashes
 from gateway.routing.resident import ResidentBlocks, token_block_hashes
-from registry.vocabulary import RoutingStrategy
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Chat chunks -> Anthropic stream events, accumulated by the official SDK's own code."""
 from anthropic.lib.streaming._messages import accumulate_event
 
-from gateway.apis.anthropic_stream import MessagesStream
+from gateway.apis.anthropic.stream import MessagesStream
 
 
 def _chunk(content=None, tool_calls=None, finish=None, usage=None):

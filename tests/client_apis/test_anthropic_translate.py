@@ -3,9 +3,14 @@ import orjson
 import pytest
 from anthropic.types import Message
 
-from gateway.errors import OpenAIError
-from gateway.apis.anthropic_translate import (MessagesRequest, error_body,
-                                              from_chat, parse_messages_request, to_chat)
+from common.errors import OpenAIError
+from gateway.apis.anthropic.translate import (
+    MessagesRequest,
+    error_body,
+    from_chat,
+    parse_messages_request,
+    to_chat,
+)
 
 
 def _req(**fields) -> MessagesRequest:

@@ -2,8 +2,12 @@
 import asyncio
 import uuid
 
-from gateway.apis.response_store import (MemoryResponseStore, RedisResponseStore,
-                                         StoredResponse, response_store)
+from gateway.apis.responses.store import (
+    MemoryResponseStore,
+    RedisResponseStore,
+    StoredResponse,
+    response_store,
+)
 
 
 def _record(i: int, owner: str = "k1") -> StoredResponse:

@@ -4,8 +4,8 @@ from openai._types import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from gateway.apis.responses_stream import ResponsesStream
-from gateway.apis.responses_translate import ResponseInfo, ResponsesRequest
+from gateway.apis.responses.stream import ResponsesStream
+from gateway.apis.responses.translate import ResponseInfo, ResponsesRequest
 
 
 def _chunk(content=None, tool_calls=None, finish=None, usage=None):

@@ -2,9 +2,14 @@
 import pytest
 from openai.types.responses import Response
 
-from gateway.apis.responses_translate import (ResponseInfo, from_chat, output_messages,
-                                              parse_responses_request, to_chat)
-from gateway.errors import OpenAIError
+from common.errors import OpenAIError
+from gateway.apis.responses.translate import (
+    ResponseInfo,
+    from_chat,
+    output_messages,
+    parse_responses_request,
+    to_chat,
+)
 
 
 def _req(**fields):

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from common.usage_record import UsageRecord
 from control_plane.usage_sink import sql_usage_writer
-from gateway.usage_record import UsageRecord
 from registry import queries as q
 from registry.usage_rollup import UsageDaily, UsageHourly, rebuild_rollups
 

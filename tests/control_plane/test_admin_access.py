@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.keys import hash_key
+from common.auth.keys import hash_key
 
 
 @pytest.mark.parametrize("method, path, body", [

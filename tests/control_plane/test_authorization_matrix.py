@@ -13,14 +13,14 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from common.auth.principal import ROLE_RANK
+from common.openapi_doc import api_routes
 from control_plane.admin import include_admin_routers
 from control_plane.slo import SloTracker
 from control_plane.snapshots import SnapshotSource
 from control_plane.supervisor import EngineSupervisor
 from control_plane.tiers import TierConfig, TierManager, build_tiers_router
 from gateway.app import create_gateway_app
-from gateway.auth import ROLE_RANK
-from gateway.openapi_doc import api_routes
 from gateway.settings import GatewaySettings
 from registry import queries as q
 from registry.db import make_session_factory

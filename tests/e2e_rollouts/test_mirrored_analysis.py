@@ -5,8 +5,8 @@ from __future__ import annotations
 from control_plane.rollouts.analysis import measure
 from control_plane.rollouts.metrics_source import RegistryMetricsSource
 from control_plane.rollouts.spec import Analysis
-from gateway.metrics import GatewayMetrics
-from gateway.splits import ShadowRecord
+from gateway.observability.metrics import GatewayMetrics
+from gateway.traffic.splits import ShadowRecord
 
 SPEC = Analysis(interval_s=1, min_requests=10, max_error_rate=0.1,
                 max_p95_latency_ratio=3.0)

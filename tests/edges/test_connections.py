@@ -132,7 +132,7 @@ def test_request_bodies_are_bounded_and_timed(up):
 def test_the_open_files_limit_is_raised_to_the_hard_limit():
     import resource
 
-    from builtin_engine.connections import raise_fd_limit
+    from common.connections import raise_fd_limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     lowered = min(256, hard)
@@ -161,7 +161,7 @@ def test_worker_sockets_share_a_burst_and_refuse_a_taken_port():
     """`gateway --workers N` listens on N sockets of one SO_REUSEPORT group: a burst of new
     connections reaches every socket (on one shared socket the first worker to wake took all of
     it), and a port another server holds, plainly or in its own group, is PortInUse."""
-    from builtin_engine.connections import PortInUse, listen_socket, listen_sockets
+    from common.connections import PortInUse, listen_socket, listen_sockets
     from tests.conftest import free_port
 
     port = free_port()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from common.auth.keys import hash_key
 from control_plane.admin import include_admin_routers
 from control_plane.backend_allowlist import BackendAllowlist
 from control_plane.slo import SloTracker
@@ -26,7 +27,6 @@ from gateway.app import create_gateway_app
 from gateway.settings import GatewaySettings
 from registry import queries as q
 from registry.db import make_session_factory
-from registry.keys import hash_key
 from registry.migrate import upgrade
 from registry.snapshot import BackendView, KeyView, ModelView, RoutingSnapshot
 from tests.conftest import ROOT

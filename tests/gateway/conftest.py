@@ -14,9 +14,9 @@ import httpx
 import pytest
 import uvicorn
 
+from common.auth.keys import hash_key
 from gateway.app import create_gateway_app
 from gateway.settings import GatewaySettings
-from registry.keys import hash_key
 from registry.snapshot import BackendView, KeyView, ModelView, RoutingSnapshot, SplitView
 
 ROOT = Path(__file__).resolve().parents[2]

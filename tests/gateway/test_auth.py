@@ -6,7 +6,7 @@ import jwt
 import pytest
 from fastapi import Depends
 
-from gateway.auth import require_role
+from common.auth.authenticate import require_role
 from tests.gateway.conftest import backend, chat_body, model
 from tests.gateway.test_errors import assert_openai_error
 

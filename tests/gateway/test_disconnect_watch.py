@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from gateway import disconnect_watch
-from gateway.disconnect_watch import DisconnectWatch
+from gateway.request_path import disconnect_watch
+from gateway.request_path.disconnect_watch import DisconnectWatch
 
 
 class Client:

@@ -128,11 +128,11 @@ def test_budget_refuses_a_request_whose_worst_case_does_not_fit(make_gateway, en
 def _domain_error_app():
     from fastapi import FastAPI
 
+    from common.errors import InferplaneError, install_error_handlers
     from control_plane.tiers.adapters import AdapterSlotsBusy
     from control_plane.tiers.store import UnknownModel
-    from gateway.admission import QueueFull, QueueTimeout
-    from gateway.errors import InferplaneError, install_error_handlers
     from gateway.routing.router import NoBackend
+    from gateway.traffic.admission import QueueFull, QueueTimeout
     from registry.errors import ConflictError, InvalidError, NotFoundError
 
     raised = {
@@ -178,10 +178,10 @@ def test_domain_errors_answer_in_the_api_shape(name, status, code, param, kind, 
 
 
 def test_every_domain_error_is_an_inferplane_error():
+    from common.errors import InferplaneError, OpenAIError
     from control_plane.tiers.store import TierError
-    from gateway.admission import AdmissionRejected
-    from gateway.errors import InferplaneError, OpenAIError
     from gateway.routing.router import NoBackend
+    from gateway.traffic.admission import AdmissionRejected
     from registry.errors import RegistryError
 
     for kind in (AdmissionRejected, NoBackend, RegistryError, TierError, OpenAIError):

@@ -1,4 +1,4 @@
-"""gateway.fast_lane: which routes take the short way, and that it answers as FastAPI would
+"""gateway.request_path.fast_lane: which routes take the short way, and that it answers as FastAPI would
 (middleware headers, the app's error handlers, dependency overrides honoured)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fastapi import Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from gateway.errors import OpenAIError, install_error_handlers
-from gateway.fast_lane import GatewayApp, fast_route
-from gateway.request_context import RequestContextMiddleware
+from common.errors import OpenAIError, install_error_handlers
+from common.request_context import RequestContextMiddleware
+from gateway.request_path.fast_lane import GatewayApp, fast_route
 
 CALLS: list[str] = []
 

@@ -3,8 +3,8 @@ where the stores answer in-process (a task only for what waits on a remote store
 import asyncio
 from types import SimpleNamespace
 
-from gateway.limits_gate import LimitsGate
-from gateway.metrics import GatewayMetrics
+from gateway.limits.gate import LimitsGate
+from gateway.observability.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 
 MODEL = SimpleNamespace(name="m", context_length=4096, price_in_per_1k=1.0,

@@ -3,12 +3,12 @@ from collections import Counter
 
 import pytest
 
+from common.vocabulary import RoutingStrategy
 from engine_adapter.base import LoadView
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 from gateway.routing import RouteContext, Router
 from gateway.settings import RoutingSettings
 from registry.snapshot import BackendView
-from registry.vocabulary import RoutingStrategy
 from tests.gateway.conftest import backend, chat_body, model
 
 

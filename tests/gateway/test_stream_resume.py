@@ -2,8 +2,9 @@
 import orjson
 import pytest
 
-from gateway.endpoints import CHAT, COMPLETION
-from gateway.resume import continuation_body, may_resume
+from gateway.apis.chat.endpoint import CHAT
+from gateway.apis.completions.endpoint import COMPLETION
+from gateway.request_path.resume import continuation_body, may_resume
 from tests.gateway.conftest import backend, chat_body, model
 from tests.gateway.test_streaming import content, events
 

@@ -19,8 +19,8 @@ import builtin_engine.server as engine_server
 from builtin_engine import tracing as engine_tracing
 from builtin_engine.cli import build_engine
 from builtin_engine.config import EngineConfig
-from gateway import tracing
-from gateway.logging_setup import configure_logging
+from common import tracing
+from common.logging_setup import configure_logging
 from registry.snapshot import BackendView
 from tests.gateway.conftest import KEYS, default_keys, free_port, key, model
 
@@ -102,7 +102,7 @@ def test_one_trace_covers_gateway_and_engine(stack):
     assert r.headers["traceparent"].startswith(f"00-{CLIENT_TRACE}-")
     time.sleep(0.2)     # the engine's last span ends as its stream closes
     spans = _by_name(exporter.get_finished_spans(), int(CLIENT_TRACE, 16))
-    gateway = {"POST /v1/chat/completions", "gateway.auth", "gateway.limits", "gateway.queue",
+    gateway = {"POST /v1/chat/completions", "common.auth.authenticate", "gateway.limits", "gateway.queue",
                "gateway.route", "gateway.upstream", "gateway.first_token", "gateway.stream"}
     engine = {"engine POST /v1/chat/completions", "engine.queue", "engine.prefill",
               "engine.decode"}

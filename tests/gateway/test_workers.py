@@ -13,10 +13,10 @@ import httpx
 import psutil
 import pytest
 
+from common.workers import MAX_FAILED_STARTS
 from gateway.limits.budget import Budget
 from gateway.limits.shared import LimitsOwner, SharedRateLimiter, SharedSpendTracker
 from gateway.limits.types import Limit
-from gateway.workers import MAX_FAILED_STARTS
 from tests.conftest import free_port, start_process, stop_process, wait_http
 from tests.multi_replica.conftest import MODEL, cli, start_sim_engine, write_config
 
@@ -117,8 +117,8 @@ def test_shared_store_budget_holds_and_limits_are_exact(tmp_path):
 def test_replacing_gives_up_on_workers_that_die_at_start():
     """replace=True (`up --workers`) forks a dead worker again, but not forever: after
     MAX_FAILED_STARTS short-lived workers in a row the supervisor stops with their status."""
-    program = ("import sys; from gateway.workers import serve_workers; "
-               "sys.exit(serve_workers([None], lambda _: 3, shared_limits=False, replace=True))")
+    program = ("import sys; from common.workers import serve_workers; "
+               "sys.exit(serve_workers([None], lambda _: 3, None, replace=True))")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 3, done.stderr

@@ -1,5 +1,5 @@
 """One vocabulary of breaker states: the gauge a real breaker sets, the alert's threshold, the
-alert unit tests' input and the dashboard's scale all read BreakerState (registry.vocabulary)."""
+alert unit tests' input and the dashboard's scale all read BreakerState (common.vocabulary)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from gateway.breaker import BreakerConfig, BreakerRegistry, BreakerState
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
+from gateway.traffic.breaker import BreakerConfig, BreakerRegistry, BreakerState
 from tests.observability.metric_names import DASHBOARD_DIR, ROOT, rules
 
 

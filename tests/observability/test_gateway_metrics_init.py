@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gateway.breaker import BreakerState
-from gateway.metrics import REJECTION_REASONS, STATUS_CODES, GatewayMetrics
+from gateway.observability.metrics import REJECTION_REASONS, STATUS_CODES, GatewayMetrics
+from gateway.traffic.breaker import BreakerState
 
 
 def snapshot(version: int, backends: list[tuple[str, str | None]]):

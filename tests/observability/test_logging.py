@@ -1,4 +1,4 @@
-"""gateway.logging_setup: one JSON object per line, known fields only, prompts opt-in."""
+"""common.logging_setup: one JSON object per line, known fields only, prompts opt-in."""
 from __future__ import annotations
 
 import io
@@ -8,8 +8,8 @@ import logging
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway import tracing
-from gateway.logging_setup import configure_logging
+from common import tracing
+from common.logging_setup import configure_logging
 
 LOGGER = logging.getLogger("inferplane.test.logging")
 

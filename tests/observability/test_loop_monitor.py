@@ -6,7 +6,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from gateway.loop_monitor import LoopMonitor
+from gateway.observability.loop_monitor import LoopMonitor
 
 
 def value(registry: CollectorRegistry, name: str) -> float:

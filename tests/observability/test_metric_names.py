@@ -4,8 +4,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from builtin_engine.metrics import EngineMetrics
-from gateway.metrics import GatewayMetrics
-
+from gateway.observability.metrics import GatewayMetrics
 from tests.observability import metric_names as mn
 
 

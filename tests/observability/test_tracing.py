@@ -1,4 +1,4 @@
-"""gateway.tracing: provider setup, W3C traceparent in and out, real HTTP propagation."""
+"""common.tracing: provider setup, W3C traceparent in and out, real HTTP propagation."""
 from __future__ import annotations
 
 import logging
@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway import tracing
+from common import tracing
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -129,7 +129,7 @@ def test_otlp_without_the_exporter_package_warns_and_keeps_running(caplog):
         installed = True
     except ImportError:
         installed = False
-    with caplog.at_level(logging.WARNING, logger="gateway.tracing"):
+    with caplog.at_level(logging.WARNING, logger="common.tracing"):
         provider = tracing.setup_tracing("gw", otlp_endpoint="http://127.0.0.1:4318")
     tracing.shutdown_tracing()
     assert provider is not None

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.admission import AdmissionController, AdmissionPool, QueueFull, QueueTimeout
+from gateway.traffic.admission import AdmissionController, AdmissionPool, QueueFull, QueueTimeout
 
 
 def p95(values: list[float]) -> float:

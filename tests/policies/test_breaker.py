@@ -5,8 +5,14 @@ import asyncio
 
 import pytest
 
-from gateway.breaker import (
-    CLOSED, HALF_OPEN, OPEN, STATE_CODES, BreakerConfig, BreakerRegistry, CircuitBreaker,
+from gateway.traffic.breaker import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    STATE_CODES,
+    BreakerConfig,
+    BreakerRegistry,
+    CircuitBreaker,
 )
 from tests.policies.conftest import FakeClock
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gateway.splits import ShadowMirror, choose, sticky_point, text_similarity
+from gateway.traffic.splits import ShadowMirror, choose, sticky_point, text_similarity
 
 
 def test_canary_ratio_within_tolerance_over_10k_keys():
@@ -22,7 +22,7 @@ def test_sticky_and_stable_across_processes():
     keys = [f"session-{i}" for i in range(50)]
     here = [choose({"a": 50, "b": 50}, k, salt="alias") for k in keys]
     assert here == [choose({"b": 50, "a": 50}, k, salt="alias") for k in keys]  # order-free
-    code = ("from gateway.splits import choose;"
+    code = ("from gateway.traffic.splits import choose;"
             f"print(','.join(choose({{'a': 50, 'b': 50}}, k, salt='alias') for k in {keys!r}))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, timeout=60).stdout.strip().split(",")

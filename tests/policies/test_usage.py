@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.usage import UsageWriter
+from common.usage_writer import UsageWriter
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import select
 
+from common.auth.keys import generate_key, hash_key
 from registry import queries as q
 from registry.access_queries import UsageRecord
 from registry.db import make_session_factory
 from registry.errors import ConflictError, InvalidError, NotFoundError
-from registry.keys import generate_key, hash_key
 from registry.models import AliasHistory, ApiKey, AuditLog, Team, Usage
 
 

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from common.auth.keys import hash_key
 from registry import queries as q
 from registry.db import make_session_factory
-from registry.keys import hash_key
 from registry.models import Rollout
 from registry.snapshot import RoutingSnapshot, SplitView, build_snapshot
 

@@ -7,11 +7,21 @@ import orjson
 import pytest
 from sqlalchemy import CheckConstraint
 
+from common.vocabulary import (
+    BackendState,
+    BreakerState,
+    BudgetPeriod,
+    Priority,
+    Role,
+    RolloutPhase,
+    RolloutState,
+    Tier,
+    VersionKind,
+    VersionStatus,
+    values,
+)
 from registry import models
 from registry.access_models import ApiKey, Team
-from registry.vocabulary import (BackendState, BreakerState, BudgetPeriod, Priority, Role,
-                                 RolloutPhase, RolloutState, Tier, VersionKind, VersionStatus,
-                                 values)
 
 
 def allowed(table, column: str) -> str:

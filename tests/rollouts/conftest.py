@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from control_plane.rollouts.controller import RolloutController
 from control_plane.rollouts.metrics_source import RegistryMetricsSource
 from control_plane.slo import SloTracker
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 from registry import queries as q
 from registry.db import make_session_factory
 from registry.migrate import upgrade

@@ -6,11 +6,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from control_plane.rollouts.metrics_source import (
-    Histogram, MetricsSource, MetricsUnavailable, RegistryMetricsSource, parse_metrics,
+    Histogram,
+    MetricsSource,
+    MetricsUnavailable,
+    RegistryMetricsSource,
+    parse_metrics,
 )
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 from tests.conftest import free_port
-
 from tests.rollouts.conftest import Traffic
 
 

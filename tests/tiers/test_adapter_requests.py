@@ -11,13 +11,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from common.errors import install_error_handlers
 from control_plane.snapshots import SnapshotSource
 from control_plane.supervisor import EngineSupervisor
 from control_plane.tiers import TierConfig, TierManager, build_tiers_router
+from control_plane.tiers.cold_starter import InProcessColdStarter
 from gateway.app import create_gateway_app
-from gateway.coldstart import HttpColdStarter, InProcessColdStarter
-from gateway.errors import install_error_handlers
 from gateway.settings import GatewaySettings
+from gateway.traffic.coldstart import HttpColdStarter
 from registry import queries as q
 from tests.tiers.conftest import make_peft_dir, running_adapter_engine
 from tests.tiers.test_warm_adapters import _engine_has

@@ -14,8 +14,9 @@ from sqlalchemy import select
 from control_plane.bootstrap import set_backend_state
 from control_plane.supervisor import EngineSupervisor
 from control_plane.tiers import EngineTemplate, TierConfig, TierManager
+from control_plane.tiers.cold_starter import InProcessColdStarter
 from control_plane.tiers.store import set_model_tier
-from gateway.coldstart import InProcessColdStarter, has_ready_backend
+from gateway.traffic.coldstart import has_ready_backend
 from registry.models import Backend
 from tests.conftest import free_port
 from tests.control_plane import fake_vllm

@@ -9,7 +9,7 @@ import httpx
 
 from control_plane.supervisor import EngineSupervisor
 from control_plane.tiers import EngineTemplate, TierConfig, TierManager, build_tiers_router
-from gateway.coldstart import HttpColdStarter
+from gateway.traffic.coldstart import HttpColdStarter
 from tests.conftest import free_port
 from tests.control_plane.conftest import build_admin_app
 from tests.tiers.conftest import SIM_ARGS, SIM_MODEL, add_model

@@ -1,0 +1,257 @@
+"""The gateway's Prometheus metrics, in their own registry (served at /metrics).
+
+Labels are bounded: model, version, backend, team, strategy, reason — never key or user ids.
+Every labelled family gets its known series (at zero) for each snapshot's models, versions,
+backends and teams and for the vocabularies below, so that `rate()`-based alerts and panels
+see a 0 rather than nothing before the first event:
+
+    metrics = GatewayMetrics()
+    metrics.follow(snapshot, strategy_of)   # on scrape: re-initialises when the version moved
+
+Worker processes (common.workers) share one set of values: the supervisor sets
+PROMETHEUS_MULTIPROC_DIR, each worker's families write to files there, and `registry` then
+holds a MultiProcessCollector that sums them, so one scrape of any worker shows the whole
+gateway. Gauges say how their per-worker values combine (`multiprocess_mode`, ignored in one
+process): in-flight and queue depths add up, states take the worst live worker's value.
+Without the variable the families live in `registry` as usual.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from common.vocabulary import BreakerState  # the state codes, defined next to the enum
+from common.workers import MULTIPROC_ENV
+from gateway.observability.loop_monitor import LoopMonitor
+
+# 5 ms .. 120 s: from a cached short completion to a long generation.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+                   60.0, 120.0)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2,
+                         0.3, 0.5, 1.0, 2.5)
+SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+
+# Label vocabularies initialised at start-up (values outside them still work: their series
+# then appear on first use). Status codes: what the gateway answers, 499 = client went away.
+STATUS_CODES = ("200", "400", "401", "403", "404", "413", "429", "499", "500", "502", "503",
+                "504")
+TOKEN_KINDS = ("prompt", "completion")
+PRIORITIES = ("high", "standard", "batch")
+REJECTION_REASONS = ("rate_limit", "too_large", "budget", "unavailable", "queue_full",
+                     "queue_timeout", "no_backend", "cold_start_timeout")
+UPSTREAM_ERROR_KINDS = ("connect", "timeout", "first_token_timeout", "http_4xx", "http_5xx",
+                        "protocol", "aborted", "breaker_open")
+SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
+NO_TEAM = "none"
+NO_VERSION = "none"
+
+
+def multiprocess_dir() -> str | None:
+    """The shared metrics directory of worker processes, None in a single-process gateway."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+# Distinct (model, version) and (model, backend) series kept labelled; past it the caches
+# start over (labels are bounded, so only a long-lived gateway with churning models gets there).
+SERIES_CACHE_SIZE = 4096
+
+
+class RequestSeries:
+    """The labelled children one finished request of (model, version) writes, looked up once:
+    `.labels()` hashes and locks on every call, and the account stage would call it six times.
+
+        series = metrics.series(model, version)
+        series.code(200).inc(); series.duration.observe(seconds)
+    """
+    __slots__ = ("_requests", "_labels", "_codes", "duration", "ttft", "tpot", "prompt",
+                 "completion")
+
+    def __init__(self, m: "GatewayMetrics", model: str, version: str):
+        self._requests, self._labels = m.requests, (model, version)
+        self._codes: dict[int, object] = {}
+        self.duration = m.request_duration.labels(model, version)
+        self.ttft = m.ttft.labels(model, version)
+        self.tpot = m.tpot.labels(model, version)
+        self.prompt = m.tokens.labels(model, version, "prompt")
+        self.completion = m.tokens.labels(model, version, "completion")
+
+    def code(self, code: int):
+        child = self._codes.get(code)
+        if child is None:
+            child = self._codes[code] = self._requests.labels(*self._labels, str(code))
+        return child
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self._series: dict[tuple[str, str], RequestSeries] = {}
+        self._inflight: dict[tuple[str, str], object] = {}
+        r = self._families_registry()
+        self.requests = Counter("inferplane_requests_total", "Requests by final status code",
+                                ["model", "version", "code"], registry=r)
+        self.request_duration = Histogram(
+            "inferplane_request_duration_seconds", "End-to-end request latency",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("inferplane_time_to_first_token_seconds", "Time to first token",
+                              ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("inferplane_time_per_output_token_seconds",
+                              "Mean time per output token after the first", ["model", "version"],
+                              buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("inferplane_inter_token_latency_seconds",
+                             "Gap between streamed chunks", ["model"],
+                             buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("inferplane_tokens_total", "Tokens by kind",
+                              ["model", "version", "kind"], registry=r)
+        self.queue_depth = Gauge("inferplane_queue_depth", "Requests waiting for admission",
+                                 ["model", "priority"], registry=r,
+                                 multiprocess_mode="livesum")
+        self.queue_wait = Histogram("inferplane_queue_wait_seconds", "Time spent in admission",
+                                    ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.rejections = Counter("inferplane_rejections_total", "Requests refused before routing",
+                                  ["model", "reason"], registry=r)
+        self.breaker_state = Gauge("inferplane_circuit_breaker_state", BreakerState.legend(),
+                                   ["backend"], registry=r,
+                                   multiprocess_mode="livemax")   # codes grow with severity
+        self.routing_decisions = Counter("inferplane_routing_decisions_total", "Backend picks",
+                                         ["model", "strategy", "backend"], registry=r)
+        self.prefix_hit_estimate = Gauge("inferplane_prefix_cache_hit_estimate",
+                                         "Estimated prefix-cache hit ratio", ["model", "backend"],
+                                         registry=r, multiprocess_mode="livemostrecent")
+        self.prefix_lookup_tokens = Counter("inferplane_prefix_lookup_tokens",
+                                            "Prompt tokens looked up in the prefix index",
+                                            ["model"], registry=r)
+        self.prefix_hit_tokens = Counter("inferplane_prefix_hit_tokens",
+                                         "Prompt tokens found in the chosen backend's prefix index",
+                                         ["model"], registry=r)
+        self.upstream_errors = Counter("inferplane_upstream_errors_total", "Engine failures",
+                                       ["model", "backend", "kind"], registry=r)
+        self.spend = Counter("inferplane_spend_usd", "Spend in USD", ["model", "team"], registry=r)
+        self.stream_resumes = Counter("inferplane_stream_resumes_total",
+                                      "Streams continued on another backend mid-way",
+                                      ["model", "kind"], registry=r)
+        self.retries = Counter("inferplane_retries_total", "Retries on another backend",
+                               ["model"], registry=r)
+        self.fallbacks = Counter("inferplane_fallbacks_total", "Requests served by a fallback",
+                                 ["model"], registry=r)
+        self.inflight = Gauge("inferplane_inflight_requests", "Requests in flight",
+                              ["model", "backend"], registry=r,
+                              multiprocess_mode="livesum")
+        self.shadow_requests = Counter("inferplane_shadow_requests_total", "Shadow copies sent",
+                                       ["model", "version", "outcome"], registry=r)
+        self.shadow_similarity = Histogram("inferplane_shadow_similarity",
+                                           "Similarity of shadow and primary answers", ["model"],
+                                           buckets=SIMILARITY_BUCKETS, registry=r)
+        # The shadow side's own latency families: separate from the client-facing ones so that
+        # request totals, SLOs and alerts only ever count what clients received.
+        self.shadow_duration = Histogram(
+            "inferplane_shadow_request_duration_seconds", "Shadow copy end-to-end latency",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.shadow_ttft = Histogram(
+            "inferplane_shadow_time_to_first_token_seconds", "Shadow copy time to first token",
+            ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
+        self.shadow_length_ratio = Histogram(
+            "inferplane_shadow_length_ratio", "Shadow answer length / primary answer length",
+            ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
+        # RSS, open fds, CPU: what a leak shows up in first. With workers: those of the worker
+        # answering the scrape (process figures do not add up across processes).
+        ProcessCollector(registry=self.registry)
+        self.loop = LoopMonitor(r, shared=r is None)   # run(): a task of the gateway's lifespan
+        self._followed: int | None = None
+
+    def _families_registry(self) -> CollectorRegistry | None:
+        """Where the families register: `registry`, or with workers nowhere (their values go
+        to the shared files, which `registry`'s MultiProcessCollector reads back)."""
+        path = multiprocess_dir()
+        if path is None:
+            return self.registry
+        MultiProcessCollector(self.registry, path=path)
+        return None
+
+    def shadow_record(self, record) -> None:
+        """Metrics of one finished shadow copy (a gateway.traffic.splits.ShadowRecord)."""
+        self.shadow_requests.labels(record.model, record.version, record.outcome).inc()
+        self.shadow_duration.labels(record.model, record.version).observe(record.shadow_latency_s)
+        if record.shadow_ttft_s is not None:
+            self.shadow_ttft.labels(record.model, record.version).observe(record.shadow_ttft_s)
+        if record.similarity is not None:
+            self.shadow_similarity.labels(record.model).observe(record.similarity)
+        if record.error is None and record.primary_chars:
+            self.shadow_length_ratio.labels(record.model).observe(
+                record.shadow_chars / record.primary_chars)
+
+    def series(self, model: str, version: str) -> RequestSeries:
+        """The cached per-request children of (model, version)."""
+        key = (model, version)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= SERIES_CACHE_SIZE:
+                self._series.clear()
+            series = self._series[key] = RequestSeries(self, model, version)
+        return series
+
+    def inflight_of(self, model: str, backend: str):
+        """The cached in-flight gauge child of (model, backend)."""
+        key = (model, backend)
+        child = self._inflight.get(key)
+        if child is None:
+            if len(self._inflight) >= SERIES_CACHE_SIZE:
+                self._inflight.clear()
+            child = self._inflight[key] = self.inflight.labels(model, backend)
+        return child
+
+    def set_breaker(self, backend: str, state: str) -> None:
+        self.breaker_state.labels(backend).set(BreakerState(state).code)
+
+    def follow(self, snapshot, strategy_of: Callable[[object], str]) -> None:
+        """Initialise the series of `snapshot` once per snapshot version (cheap to call)."""
+        if snapshot is not None and snapshot.version != self._followed:
+            self.initialise(snapshot, strategy_of)
+            self._followed = snapshot.version
+
+    def initialise(self, snapshot, strategy_of: Callable[[object], str]) -> None:
+        """Create every known series at zero; `.labels()` leaves existing series untouched."""
+        teams = (NO_TEAM, *snapshot.teams)
+        for model in snapshot.models.values():
+            self._initialise_model(model, strategy_of(model), teams)
+
+    def _initialise_model(self, model, strategy: str, teams) -> None:
+        name = model.name
+        versions = {NO_VERSION, *(b.version for b in model.backends if b.version),
+                    *(s.version for s in model.splits)}
+        for version in versions:
+            for family in (self.request_duration, self.ttft, self.tpot, self.shadow_duration,
+                           self.shadow_ttft):
+                family.labels(name, version)
+            for code in STATUS_CODES:
+                self.requests.labels(name, version, code)
+            for kind in TOKEN_KINDS:
+                self.tokens.labels(name, version, kind)
+            for outcome in SHADOW_OUTCOMES:
+                self.shadow_requests.labels(name, version, outcome)
+        for family in (self.itl, self.prefix_lookup_tokens, self.prefix_hit_tokens, self.retries,
+                       self.fallbacks, self.shadow_similarity, self.shadow_length_ratio):
+            family.labels(name)
+        for priority in PRIORITIES:
+            self.queue_depth.labels(name, priority)
+            self.queue_wait.labels(name, priority)
+        for reason in REJECTION_REASONS:
+            self.rejections.labels(name, reason)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.stream_resumes.labels(name, kind)
+        for team in teams:
+            self.spend.labels(name, team)
+        for backend in model.backends:
+            self._initialise_backend(name, backend.id, strategy)
+
+    def _initialise_backend(self, model: str, backend: str, strategy: str) -> None:
+        self.breaker_state.labels(backend)   # 0 = BreakerState.CLOSED.code: a new breaker's state
+        self.routing_decisions.labels(model, strategy, backend)
+        self.prefix_hit_estimate.labels(model, backend)
+        self.inflight.labels(model, backend)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.upstream_errors.labels(model, backend, kind)

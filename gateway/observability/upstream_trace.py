@@ -1,0 +1,54 @@
+"""Spans of one engine call: `gateway.upstream` with `gateway.first_token` (send → first event
+or full answer) and, for streams, `gateway.stream` (first event → last byte relayed).
+
+The upstream span is made current while the adapter sends, so the httpx hook writes its
+traceparent into the engine request and the engine's spans hang under it.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from opentelemetry import trace
+
+from common.tracing import get_tracer
+
+
+class UpstreamTrace:
+    def __init__(self, backend, attempt: int):
+        tracer = get_tracer()
+        self.span = tracer.start_span("gateway.upstream", attributes={
+            "inferplane.backend": backend.id, "inferplane.engine": backend.engine,
+            "inferplane.version": backend.version or "none", "inferplane.attempt": attempt})
+        self._stream: trace.Span | None = None
+        self._ended = False
+
+    @contextmanager
+    def sending(self):
+        """Current while waiting for the first token: engine requests carry this trace."""
+        with trace.use_span(self.span, end_on_exit=False):
+            with get_tracer().start_as_current_span("gateway.first_token"):
+                yield
+
+    def streaming(self) -> None:
+        self.span.add_event("first_token")
+        ctx = trace.set_span_in_context(self.span)
+        self._stream = get_tracer().start_span("gateway.stream", context=ctx)
+
+    def fail(self, kind: str, message: str) -> None:
+        self.span.set_attribute("inferplane.error_kind", kind)
+        self.span.set_status(trace.Status(trace.StatusCode.ERROR, message))
+        self.end()
+
+    def end(self, status: int | None = None, chunks: int | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._stream is not None:
+            if chunks is not None:
+                self._stream.set_attribute("inferplane.chunks", chunks)
+            self._stream.end()
+        if status is not None:
+            self.span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                self.span.set_status(trace.Status(trace.StatusCode.ERROR))
+        self.span.end()
