@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup serve test test-fast test-peers tools bench clean
+.PHONY: setup serve test test-fast test-e2e test-browser test-peers tools bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -44,13 +44,23 @@ tools:
 test: setup tools
 	$(PY) -m pytest -q $(ARGS)
 
+# The markers (pyproject.toml, applied in tests/conftest.py) say what a test needs: `slow` loads
+# the real model, `peers` runs vLLM / llama.cpp / vllm-router, `browser` chromium, `e2e` whole
+# `inferplane up` stacks. test-fast leaves out all four (~4.5 minutes on 2 idle cores).
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow and not peers and not browser and not e2e" $(ARGS)
 
-# Real engines behind the gateway (tests/peers, also part of `make test`) plus the llama.cpp
+# Whole stacks and multi-process tests (some load the real model); chromium: test-browser.
+test-e2e: setup
+	$(PY) -m pytest -q -m "e2e and not peers and not browser" $(ARGS)
+
+test-browser: setup tools
+	$(PY) -m pytest -q -m browser $(ARGS)
+
+# Real engines behind the gateway (marker `peers`, also part of `make test`) plus the llama.cpp
 # tests, which first build llama-server (~8 min, cached under $$INFERPLANE_PEERS_DIR).
 test-peers: setup
-	INFERPLANE_TEST_LLAMACPP=1 $(PY) -m pytest -q tests/peers $(ARGS)
+	INFERPLANE_TEST_LLAMACPP=1 $(PY) -m pytest -q -m peers $(ARGS)
 
 bench: setup
 	$(VENV)/bin/inferplane bench $(ARGS)

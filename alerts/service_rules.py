@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from rule_model import ENGINE_JOB, GATEWAY_JOB, Alert, RuleConfig, group, number
 
+from common.metric_names import EngineMetric, Metric
 from common.vocabulary import BreakerState, RolloutPhase
 
 GW = f'job="{GATEWAY_JOB}"'
@@ -14,9 +15,9 @@ ROLLOUT_PROGRESSING, ROLLOUT_ABORTING = RolloutPhase.PROGRESSING.code, RolloutPh
 
 
 def gateway_alerts(config: RuleConfig) -> list[Alert]:
-    rejections = (f'sum by (model) (rate(inferplane_rejections_total{{{GW},'
+    rejections = (f'sum by (model) (rate({Metric.REJECTIONS.total}{{{GW},'
                   f'reason=~"{RATE_LIMIT_REASONS}"}}[5m]))')
-    requests = f"sum by (model) (rate(inferplane_requests_total{{{GW}}}[5m]))"
+    requests = f"sum by (model) (rate({Metric.REQUESTS.total}{{{GW}}}[5m]))"
     return [
         Alert(
             name="InferplaneGatewayDown", expr=f"up{{{GW}}} == 0", for_="2m", severity="page",
@@ -27,7 +28,7 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
             name="InferplaneNoHealthyBackend",
             # No job selector: the control plane's health prober exports it (under
             # `inferplane up` the gateway's job does).
-            expr="max by (model) (inferplane_backend_healthy) == 0",
+            expr=f"max by (model) ({Metric.BACKEND_HEALTHY}) == 0",
             for_="1m", severity="page",
             summary="Model {{ $labels.model }} has no healthy backend",
             description=("Every backend of {{ $labels.model }} fails its health check; requests "
@@ -35,7 +36,7 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
         ),
         Alert(
             name="InferplaneCircuitBreakerOpen",
-            expr=(f"max by (backend) (max_over_time(inferplane_circuit_breaker_state{{{GW}}}[5m]))"
+            expr=(f"max by (backend) (max_over_time({Metric.CIRCUIT_BREAKER_STATE}{{{GW}}}[5m]))"
                   f" == {BREAKER_OPEN}"),
             for_="5m", severity="ticket",
             summary="Circuit breaker for backend {{ $labels.backend }} keeps opening",
@@ -45,7 +46,7 @@ def gateway_alerts(config: RuleConfig) -> list[Alert]:
         backend_errors_alert(config),
         Alert(
             name="InferplaneQueueBuildup",
-            expr=f"sum by (model) (inferplane_queue_depth{{{GW}}}) > {config.queue_depth_threshold}",
+            expr=f"sum by (model) ({Metric.QUEUE_DEPTH}{{{GW}}}) > {config.queue_depth_threshold}",
             for_="5m", severity="ticket",
             summary="Admission queue of {{ $labels.model }} keeps growing",
             description=("{{ $value }} requests of {{ $labels.model }} wait in the gateway "
@@ -68,9 +69,9 @@ def backend_errors_alert(config: RuleConfig) -> Alert:
     # The cause behind a burn: which backend fails. Client 4xx and client disconnects say
     # nothing about the engine. Errors per routed request: a backend whose breaker is open
     # gets no picks, so the ratio goes to +Inf and keeps firing while it errs.
-    errors = (f'sum by (model, backend) (rate(inferplane_upstream_errors_total{{{GW},'
+    errors = (f'sum by (model, backend) (rate({Metric.UPSTREAM_ERRORS.total}{{{GW},'
               f'kind!~"http_4xx|aborted"}}[5m]))')
-    picks = f"sum by (backend) (rate(inferplane_routing_decisions_total{{{GW}}}[5m]))"
+    picks = f"sum by (backend) (rate({Metric.ROUTING_DECISIONS.total}{{{GW}}}[5m]))"
     threshold = number(config.backend_error_ratio_threshold)
     return Alert(
         name="InferplaneBackendErrors",
@@ -93,7 +94,7 @@ def engine_alerts(config: RuleConfig) -> list[Alert]:
         ),
         Alert(
             name="InferplaneKVCacheSaturated",
-            expr=(f"vllm:kv_cache_usage_perc{{{ENGINE}}} > {number(config.kv_usage_threshold)}\n"
+            expr=(f"{EngineMetric.KV_CACHE_USAGE_PERC}{{{ENGINE}}} > {number(config.kv_usage_threshold)}\n"
                   f"and\nvllm:num_requests_waiting{{{ENGINE}}} > 0\n"),
             for_="10m", severity="ticket",
             summary="KV cache of {{ $labels.model_name }} on {{ $labels.instance }} is full",
@@ -108,11 +109,11 @@ def rollout_alerts(config: RuleConfig) -> list[Alert]:
     return [
         Alert(
             name="InferplaneRolloutStuck",
-            expr=(f"(time() - inferplane_rollout_step_started_timestamp_seconds) "
+            expr=(f"(time() - {Metric.ROLLOUT_STEP_STARTED}) "
                   f"> {config.rollout_step_timeout_s}\n"
                   f"and on (model, rollout)\n"
-                  f"(inferplane_rollout_state == {ROLLOUT_PROGRESSING} "
-                  f"or inferplane_rollout_state == {ROLLOUT_ABORTING})\n"),
+                  f"({Metric.ROLLOUT_STATE} == {ROLLOUT_PROGRESSING} "
+                  f"or {Metric.ROLLOUT_STATE} == {ROLLOUT_ABORTING})\n"),
             for_="5m", severity="ticket",
             summary="Rollout {{ $labels.rollout }} of {{ $labels.model }} is stuck",
             description=("The current step of rollout {{ $labels.rollout }} started "

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from rule_model import GATEWAY_JOB, Alert, RuleConfig, group, number, record
 
+from common.metric_names import Metric
+
 SLI_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
-REQUESTS = f'inferplane_requests_total{{job="{GATEWAY_JOB}"}}'
-ERRORS = f'inferplane_requests_total{{job="{GATEWAY_JOB}",code=~"5.."}}'
+REQUESTS = f'{Metric.REQUESTS.total}{{job="{GATEWAY_JOB}"}}'
+ERRORS = f'{Metric.REQUESTS.total}{{job="{GATEWAY_JOB}",code=~"5.."}}'
 
 # (alert name, burn factor, long window, short window, for, severity)
 BURN_RATE_ALERTS = (
@@ -21,9 +23,9 @@ BURN_RATE_ALERTS = (
 )
 
 LATENCY_HISTOGRAMS = (
-    ("ttft", "inferplane_time_to_first_token_seconds"),
-    ("tpot", "inferplane_time_per_output_token_seconds"),
-    ("request_duration", "inferplane_request_duration_seconds"),
+    ("ttft", Metric.TIME_TO_FIRST_TOKEN),
+    ("tpot", Metric.TIME_PER_OUTPUT_TOKEN),
+    ("request_duration", Metric.REQUEST_DURATION),
 )
 
 
@@ -94,7 +96,7 @@ def slo_alerts(config: RuleConfig) -> list[Alert]:
     alerts = [burn_rate_alert(config, *spec) for spec in BURN_RATE_ALERTS]
     alerts.append(Alert(
         name="InferplaneErrorBudgetExhausted",
-        expr="inferplane_slo_error_budget_remaining <= 0",
+        expr=f"{Metric.SLO_ERROR_BUDGET_REMAINING} <= 0",
         for_="15m", severity="ticket",
         summary="Error budget of {{ $labels.model }} ({{ $labels.slo }}) is spent",
         description=("The control plane reports {{ $value | humanizePercentage }} of the "

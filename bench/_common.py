@@ -98,7 +98,7 @@ def command_line() -> str:
 
 
 def engine_config(**overrides):
-    from builtin_engine.config import EngineConfig
+    from builtin_engine.core.config import EngineConfig
     base = dict(model=MODEL, device="cpu", dtype="float32", swap_space_gib=0.0)
     base.update(overrides)
     return EngineConfig(**base)
@@ -107,15 +107,15 @@ def engine_config(**overrides):
 def load_builtin(config):
     """(LoadedModel, ModelRunner); the weights are loaded once and shared by every engine."""
     from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
     loaded = load_model(config)
     return loaded, ModelRunner(config, loaded)
 
 
 def new_engine(config, loaded):
     """A fresh LLMEngine (own scheduler and KV cache) over already-loaded weights."""
-    from builtin_engine.llm_engine import LLMEngine
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.core.llm_engine import LLMEngine
+    from builtin_engine.runner.model_runner import ModelRunner
     return LLMEngine(config, ModelRunner(config, loaded), loaded.tokenizer)
 
 
@@ -147,7 +147,7 @@ class EngineRun:
 
 def run_engine(engine, items: list[WorkItem], on_step=None) -> EngineRun:
     """Submit every item at once (greedy, ignore_eos) and step until all finish."""
-    from builtin_engine.sampling_params import SamplingParams
+    from builtin_engine.core.sampling_params import SamplingParams
     start, cpu_start = time.perf_counter(), time.process_time()
     for i, w in enumerate(items):
         engine.add_request(str(i), w.prompt_ids,

@@ -186,7 +186,7 @@ def llama_cpu_flags() -> tuple[str, ...]:
     """On CPUs with AMX, ggml moves the Q4_1 weights into its AMX buffers, whose matmul
     (`ggml_backend_amx_mul_mat`, llama.cpp of llama-cpp-python 0.3.36) dies with SIGSEGV on
     the first batch; `--no-repack` keeps them in the plain CPU buffers."""
-    from builtin_engine.device_defaults import cpu_flags
+    from builtin_engine.core.device_defaults import cpu_flags
     return ("--no-repack",) if "amx_int8" in cpu_flags() else ()
 
 

@@ -50,9 +50,10 @@ def categorise(name: str) -> str:
 
 
 def build(args):
-    from builtin_engine.executor import ScheduledRequest, SchedulerOutput
-    from builtin_engine.sampling_params import SamplingParams
     import torch
+
+    from builtin_engine.core.executor import ScheduledRequest, SchedulerOutput
+    from builtin_engine.core.sampling_params import SamplingParams
 
     block = 16
     longest = args.context_max + args.steps + 4

@@ -50,7 +50,7 @@ BUILTIN_VARIANTS = {
 
 def builtin_label(variant: str) -> str:
     if variant == "default":
-        from builtin_engine.device_defaults import resolve_dtype
+        from builtin_engine.core.device_defaults import resolve_dtype
         dtype, why = resolve_dtype("auto", "cpu")
         return f"builtin {dtype} compiled (the default: {why})"
     return {"float32": "builtin float32 (compiled)", "eager": "builtin float32 eager (--no-compile)",
@@ -136,7 +136,7 @@ def serve_and_measure(name: str, launch: Launcher, items: list[dict], timeout: f
 def hf_per_request(items: list[dict], subset: int, seed: int) -> dict:
     import torch
     model = c.load_hf()
-    from builtin_engine.tokenizer import load_tokenizer
+    from builtin_engine.loader.tokenizer import load_tokenizer
     tok = load_tokenizer(c.MODEL)
     picked = random.Random(seed).sample(items, min(subset, len(items)))
     tokens, elapsed = 0, 0.0

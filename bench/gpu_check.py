@@ -145,8 +145,10 @@ def check_attention(results: list, dtype: torch.dtype) -> None:
 
 # ---- 2. microbenchmarks --------------------------------------------------------------------
 def bench_decode(rows: list) -> None:
-    from builtin_engine.kernels.decode_attention import (choose_num_splits,
-                                                         paged_decode_attention_triton)
+    from builtin_engine.kernels.decode_attention import (
+        choose_num_splits,
+        paged_decode_attention_triton,
+    )
     from tests.kernels.paged_case import make_case
     dtype = torch.bfloat16 if DEV == "cuda" else torch.float16
     for hq, hk, d, batch, ctx in sizes([(32, 8, 128, 1, 8192), (32, 8, 128, 32, 2048),
@@ -247,11 +249,11 @@ def check_cuda_graphs(report: dict) -> None:
 
 # ---- 4. end to end -------------------------------------------------------------------------
 def run_engine(backend: str, graphs: str, prompts: list[list[int]], max_tokens: int) -> dict:
-    from builtin_engine.config import EngineConfig
-    from builtin_engine.llm_engine import LLMEngine
+    from builtin_engine.core.config import EngineConfig
+    from builtin_engine.core.llm_engine import LLMEngine
+    from builtin_engine.core.sampling_params import SamplingParams
     from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
-    from builtin_engine.sampling_params import SamplingParams
+    from builtin_engine.runner.model_runner import ModelRunner
     cfg = EngineConfig(device=DEV, dtype="bfloat16" if DEV == "cuda" else "float32",
                        kernels=backend if DEV == "cuda" else "torch",  # smoke: time
                        attention_backend=backend, num_blocks=sizes([8192], [64])[0],

@@ -69,9 +69,9 @@ def build_engine(args, block_size: int, loaded=None):
                              sim_prefill_s_per_token=0.0, sim_decode_base_s=0.0,
                              sim_decode_s_per_seq=0.0, sim_decode_s_per_kv_token=0.0)
     if args.executor == "sim":
-        from builtin_engine.llm_engine import LLMEngine
-        from builtin_engine.simulator import SimulatedExecutor
-        from builtin_engine.tokenizer import load_tokenizer
+        from builtin_engine.core.llm_engine import LLMEngine
+        from builtin_engine.core.simulator import SimulatedExecutor
+        from builtin_engine.loader.tokenizer import load_tokenizer
         return LLMEngine(config, SimulatedExecutor(config), load_tokenizer(config.model))
     return c.new_engine(config, loaded)
 
@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
         loaded, _ = c.load_builtin(c.engine_config(num_blocks=1))
         tok = loaded.tokenizer
     else:
-        from builtin_engine.tokenizer import load_tokenizer
+        from builtin_engine.loader.tokenizer import load_tokenizer
         tok = load_tokenizer(c.MODEL)
     items = c.sharegpt_like(tok, args.num_requests, args.seed, prompt_range=(16, args.max_prompt),
                             output_range=(8, args.max_output))

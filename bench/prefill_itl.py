@@ -30,7 +30,7 @@ def stream_items(tok, n: int, tokens: int, seed: int) -> list[list[int]]:
 def run(engine, streams: list[list[int]], long_prompts: list[list[int]], decode_tokens: int):
     """Streams decode decode_tokens each; long prompts are added after every stream has its
     first token. Returns (stream ITLs, ITLs while a long prompt was prefilling, long TTFTs)."""
-    from builtin_engine.sampling_params import SamplingParams
+    from builtin_engine.core.sampling_params import SamplingParams
     stream_params = SamplingParams(max_tokens=decode_tokens, temperature=0.0, ignore_eos=True)
     for i, p in enumerate(streams):
         engine.add_request(f"s{i}", p, stream_params)

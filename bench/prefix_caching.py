@@ -18,7 +18,8 @@ import random
 import time
 
 import _common as c
-from builtin_engine.sampling_params import SamplingParams
+
+from builtin_engine.core.sampling_params import SamplingParams
 
 
 def arrival_times(n: int, rate: float, seed: int) -> list[float]:

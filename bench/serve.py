@@ -92,7 +92,7 @@ async def _run(args, target: Target, prompts) -> tuple[list, float]:
 def run(argv: list[str]) -> dict:
     args = run_parser().parse_args(argv)
     slos = parse_slos(args.goodput)
-    from builtin_engine.tokenizer import load_tokenizer
+    from builtin_engine.loader.tokenizer import load_tokenizer
     log(f"building {args.num_prompts + args.warmup} {args.dataset} prompts "
         f"with the {args.tokenizer} tokenizer")
     prompts = build(args, load_tokenizer(args.tokenizer))

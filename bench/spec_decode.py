@@ -34,7 +34,7 @@ def prompts(tokenizer, n: int, article_tokens: int, seed: int) -> list[list[int]
 
 
 def decode_one(engine, prompt: list[int], max_tokens: int) -> dict:
-    from builtin_engine.sampling_params import SamplingParams
+    from builtin_engine.core.sampling_params import SamplingParams
     engine.add_request("r", prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0,
                                                    ignore_eos=True))
     tokens, times, steps = [], [], 0

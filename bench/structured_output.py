@@ -16,7 +16,8 @@ import argparse
 import time
 
 import _common as c
-from builtin_engine.sampling_params import SamplingParams
+
+from builtin_engine.core.sampling_params import SamplingParams
 from builtin_engine.structured import matcher_pool
 from builtin_engine.structured.grammar import StructuredRequest, compiler_for
 

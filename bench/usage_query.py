@@ -30,7 +30,7 @@ from control_plane.admin.usage import _grouped, usage_report  # noqa: E402
 from registry import queries as q  # noqa: E402
 from registry.db import make_session_factory  # noqa: E402
 from registry.migrate import upgrade  # noqa: E402
-from registry.models import Usage  # noqa: E402
+from registry.orm.usage import Usage  # noqa: E402
 from registry.usage_rollup import rebuild_rollups  # noqa: E402
 
 GROUPS = (["team"], ["key"], ["model"], ["day"], ["team", "model", "day"])

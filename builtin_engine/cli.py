@@ -8,8 +8,9 @@ import os
 import sys
 import time
 
-from builtin_engine.api_key import API_KEY_ENV
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.serving.api_key import API_KEY_ENV
+from builtin_engine.serving.cli_options import LoadProgress, connection_limits_from_args
 from common.connections import ConnectionLimits
 
 log = logging.getLogger("inferplane.engine")
@@ -114,35 +115,22 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         sim_decode_s_per_seq=a.sim_decode_s_per_seq, sim_context_length=a.sim_context_length)
 
 
-class _Progress:
-    """Load progress on stderr: one line per 10% step, so it reads well in logs and terminals."""
-
-    def __init__(self) -> None:
-        self.shown: dict[str, int] = {}
-
-    def __call__(self, stage: str, frac: float) -> None:
-        step = int(frac * 10)
-        if self.shown.get(stage, -1) < step:
-            self.shown[stage] = step
-            print(f"[engine] {stage}: {int(frac * 100):3d}%", file=sys.stderr, flush=True)
-
-
 def build_engine(config: EngineConfig):
     """Returns (engine, tokenizer, served_name, max_model_len)."""
-    from builtin_engine.engine import AsyncEngine
-    from builtin_engine.tokenizer import load_tokenizer
+    from builtin_engine.core.engine import AsyncEngine
+    from builtin_engine.loader.tokenizer import load_tokenizer
 
     started = time.monotonic()
     if config.simulate:
-        from builtin_engine.simulator import SimulatedExecutor
+        from builtin_engine.core.simulator import SimulatedExecutor
         tokenizer = load_tokenizer(config.model)
         executor = SimulatedExecutor(config)
         context = config.sim_context_length
     else:
         from builtin_engine.loader import load_model, torch_dtype
-        from builtin_engine.lora import LoraStore
-        from builtin_engine.model_runner import ModelRunner
-        loaded = load_model(config, progress=_Progress())
+        from builtin_engine.runner.lora import LoraStore
+        from builtin_engine.runner.model_runner import ModelRunner
+        loaded = load_model(config, progress=LoadProgress())
         tokenizer, context = loaded.tokenizer, loaded.context_length
         # Shared with the AdapterRegistry (see lora_store_of): it loads, the runner applies.
         store = LoraStore(loaded.llama_config, config.device, torch_dtype(config.dtype))
@@ -159,12 +147,6 @@ def build_engine(config: EngineConfig):
 def lora_store_of(engine):
     """The LoraStore of a real engine's model runner; None for the simulated engine."""
     return getattr(engine.engine.executor, "lora_store", None)
-
-
-def connection_limits_from_args(a: argparse.Namespace) -> ConnectionLimits:
-    return ConnectionLimits(keep_alive_s=a.timeout_keep_alive, header_timeout_s=a.header_timeout,
-                            body_timeout_s=a.body_timeout, max_connections=a.max_connections,
-                            max_body_bytes=a.max_body_bytes)
 
 
 def lora_roots_from_args(a: argparse.Namespace) -> list[str]:
@@ -184,18 +166,18 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from fastapi import FastAPI
 
-    from builtin_engine.openmp_pool import release_openmp_pool
-    from builtin_engine.server import create_engine_app
+    from builtin_engine.runner.openmp_pool import release_openmp_pool
+    from builtin_engine.serving.server import create_engine_app
 
     if args.task != "generate":
-        from builtin_engine.embedding_cli import embedding_dir_for, serve_embeddings
+        from builtin_engine.embeddings.cli import embedding_dir_for, serve_embeddings
         model_dir = embedding_dir_for(args.model, args.task)
         if model_dir is not None:
             return serve_embeddings(args, sock, model_dir)
     config = config_from_args(args)
     engine, tokenizer, served, max_len = build_engine(config)
     real_model = not config.simulate
-    from builtin_engine.tracing import setup_engine_tracing
+    from builtin_engine.serving.tracing import setup_engine_tracing
 
     setup_engine_tracing(f"inferplane-engine-{served}", args.otlp_endpoint)
 
@@ -204,7 +186,7 @@ def serve(args: argparse.Namespace) -> int:
         engine.start()
         if real_model:
             # The engine thread runs every step from here on: the pool this thread opened
-            # while loading would halve its speed (openmp_pool.py).
+            # while loading would halve its speed (runner/openmp_pool.py).
             if not release_openmp_pool():
                 log.info("the main thread's OpenMP pool stays (libgomp not found)")
         print(f"[engine] ready: http://{args.host}:{args.port}/v1 serving {served}",
@@ -212,7 +194,7 @@ def serve(args: argparse.Namespace) -> int:
         yield
         await engine.shutdown(args.drain_timeout)
 
-    from builtin_engine.adapters import AdapterRegistry
+    from builtin_engine.serving.adapters import AdapterRegistry
 
     adapters = AdapterRegistry(args.max_loras, args.lora_load_cost_s, store=lora_store_of(engine),
                                roots=lora_roots_from_args(args))

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from common.error_codes import ErrorCode
+
 log = logging.getLogger("inferplane.connections")
 
 
@@ -178,7 +180,7 @@ class BodyLimit:
 
 
 async def _refuse(send, status: int, message: str, kind: str) -> None:
-    code = "body_too_large" if status == 413 else "body_timeout"
+    code = ErrorCode.BODY_TOO_LARGE if status == 413 else ErrorCode.BODY_TIMEOUT
     body = error_body(message, kind, code)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),

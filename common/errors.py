@@ -18,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from common.error_codes import ErrorCode
+
 log = logging.getLogger("inferplane.gateway")
 
 _TYPE_BY_STATUS = {
@@ -48,7 +50,7 @@ class InferplaneError(Exception):
     message and, where it helps the client, the offending parameter or a Retry-After::
 
         class QueueFull(InferplaneError):
-            status, code = 429, "queue_full"
+            status, code = 429, ErrorCode.QUEUE_FULL
 
         raise QueueFull(f"too many queued requests for '{model}'", retry_after=2.5)
         raise InvalidError("unknown base version", param="base_version")   # 422
@@ -59,7 +61,7 @@ class InferplaneError(Exception):
     """
 
     status: int = 500
-    code: str | None = "internal_error"
+    code: str | None = ErrorCode.INTERNAL_ERROR
     type: str | None = None            # None: derived from status (_TYPE_BY_STATUS)
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
@@ -175,7 +177,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message, param = _validation_message(exc)
         status = _validation_status(exc)
         return OpenAIError(status, message, param=param,
-                           code="invalid_request" if status == 400 else "invalid_value"
+                           code=ErrorCode.INVALID_REQUEST if status == 400 else "invalid_value"
                            ).response()
 
     @app.exception_handler(StarletteHTTPException)
@@ -189,4 +191,4 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unhandled(_: Request, exc: Exception) -> Response:
         log.exception("unhandled error in request", exc_info=exc)
-        return OpenAIError(500, "internal error", code="internal_error").response()
+        return OpenAIError(500, "internal error", code=ErrorCode.INTERNAL_ERROR).response()

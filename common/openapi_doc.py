@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from common.api_routes import api_routes
 from common.auth.authenticate import authenticate
@@ -156,4 +157,34 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-__all__ = ["api_routes", "error_statuses", "install_openapi", "route_role"]
+def openapi_body(schema: type[BaseModel], required: bool = True) -> dict:
+    """openapi_extra documenting a body that the route parses itself (for speed and errors).
+
+    The JSON schema is inlined: pydantic's `#/$defs/...` references do not resolve inside an
+    OpenAPI document, where definitions live under #/components/schemas."""
+    return {"requestBody": {"required": required, "content": {
+        "application/json": {"schema": inline_refs(schema.model_json_schema())}}}}
+
+
+def inline_refs(schema: dict) -> dict:
+    """The schema with every local `$ref` replaced by its definition (models here are not
+    recursive) and `$defs` (and the discriminators that point into them) dropped."""
+    defs = schema.get("$defs", {})
+
+    def expand(node):
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return {**expand(defs[ref.removeprefix("#/$defs/")]), **expand(rest)}
+            # a discriminator maps tags to $refs, which are gone: the oneOf alone still holds
+            return {k: expand(v) for k, v in node.items() if k not in ("$defs", "discriminator")}
+        if isinstance(node, list):
+            return [expand(v) for v in node]
+        return node
+
+    return expand(schema)
+
+
+__all__ = ["api_routes", "error_statuses", "inline_refs", "install_openapi", "openapi_body",
+           "route_role"]

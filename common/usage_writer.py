@@ -22,7 +22,7 @@ import logging
 from collections import deque
 from typing import Awaitable, Callable, Generic, TypeVar, Union
 
-log = logging.getLogger("common.usage_writer")
+log = logging.getLogger("gateway.usage")
 
 
 R = TypeVar("R")

@@ -15,6 +15,7 @@ import it without cycles.
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 
 def values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
@@ -188,6 +189,12 @@ class EngineKind(enum.StrEnum):
     HOSTED = "hosted"
 
 
-__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Priority", "Role",
-           "RolloutPhase", "RolloutState", "RolloutStrategy", "RoutingStrategy",
+# What a model takes in, as its registry row declares (`modalities`); a request part of any other
+# kind is refused before it reaches a model that would silently never see it.
+Modality = Literal["text", "image", "audio", "file", "video"]
+
+
+__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Modality", "Priority",
+           "Role", "RolloutPhase", "RolloutState", "RolloutStrategy", "RoutingStrategy",
            "SplitMode", "Tier", "VersionKind", "VersionStatus", "values"]
+

@@ -28,6 +28,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from common.error_codes import ErrorCode
 from registry.errors import InvalidError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -78,21 +79,21 @@ class BackendAllowlist:
         host = (parts.hostname or "").lower().rstrip(".")
         if parts.scheme not in ("http", "https") or not host:
             raise InvalidError(f"backend URL {url!r} must be http(s)://host[:port]/...",
-                               param="url", code="backend_not_allowed")
+                               param="url", code=ErrorCode.BACKEND_NOT_ALLOWED)
         if host in ALWAYS_REFUSED_NAMES:
             raise InvalidError(f"backend host {host} is a cloud metadata service",
-                               param="url", code="backend_not_allowed")
+                               param="url", code=ErrorCode.BACKEND_NOT_ALLOWED)
         addresses = self._resolve(host, parts.port, url)
         for address in addresses:
             if _refused(address):
                 raise InvalidError(f"backend host {host} resolves to {address}, a link-local or "
-                                   "metadata address", param="url", code="backend_not_allowed")
+                                   "metadata address", param="url", code=ErrorCode.BACKEND_NOT_ALLOWED)
         if self.configured and host not in self.names:
             outside = [a for a in addresses if not self._listed(a)]
             if outside or not addresses:
                 raise InvalidError(
                     f"backend host {host} ({outside[0] if outside else 'unresolved'}) is not in "
-                    "backends.allowed_networks", param="url", code="backend_not_allowed")
+                    "backends.allowed_networks", param="url", code=ErrorCode.BACKEND_NOT_ALLOWED)
         return self._target(parts, addresses)
 
     def _listed(self, address: Address) -> bool:
@@ -109,7 +110,7 @@ class BackendAllowlist:
             if self.configured and host not in self.names:
                 raise InvalidError(f"backend host {host} does not resolve, so it cannot be "
                                    "checked against backends.allowed_networks", param="url",
-                                   code="backend_not_allowed") from None
+                                   code=ErrorCode.BACKEND_NOT_ALLOWED) from None
             return []  # without an allowlist an unresolvable name reaches nothing anyway
         return [_normalise(ipaddress.ip_address(info[4][0].split("%")[0])) for info in infos]
 

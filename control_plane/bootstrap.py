@@ -13,9 +13,9 @@ from common.auth import keys as keyring
 from common.vocabulary import BackendState, Role, Tier
 from control_plane.settings import ModelSpec, Settings
 from control_plane.supervisor import EngineSpec, free_port
-from registry.access_models import ApiKey
 from registry.access_queries import create_key
-from registry.models import Backend, Model
+from registry.orm.access import ApiKey
+from registry.orm.catalog import Backend, Model
 from registry.queries import bump_snapshot_version as bump_version
 from registry.queries import set_backend_state as set_state
 from registry.queries import upsert_model

@@ -27,7 +27,7 @@ from common.vocabulary import BackendState
 from control_plane.backend_allowlist import DEFAULT, BackendAllowlist
 from control_plane.health_gauge import BackendHealthGauge
 from registry.errors import InvalidError
-from registry.models import Backend
+from registry.orm.catalog import Backend
 from registry.queries import bump_snapshot_version, set_backend_state
 
 log = logging.getLogger("inferplane.health")

@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
+from common.metric_names import Metric
 from common.vocabulary import BackendState, Tier
-from registry.models import Backend, Model
+from registry.orm.catalog import Backend, Model
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class BackendHealth:
 
 class BackendHealthGauge:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.gauge = Gauge("inferplane_backend_healthy",
+        self.gauge = Gauge(Metric.BACKEND_HEALTHY,
                            "1 when the backend is ready (health probe or engine supervisor)",
                            ["model", "backend"], registry=registry)
         self._published: set[tuple[str, str]] = set()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from control_plane.admin.common import ADMIN_PREFIX, operator
 from registry.mlflow_remote import MlflowUnavailable
@@ -34,12 +35,12 @@ def build_mlflow_router(sync: MlflowSync, snapshot_source=None) -> APIRouter:
         try:
             report = sync.sync_once(direction)
         except MlflowUnavailable as exc:
-            raise OpenAIError(503, str(exc), code="mlflow_unavailable") from None
+            raise OpenAIError(503, str(exc), code=ErrorCode.MLFLOW_UNAVAILABLE) from None
         except Exception as exc:
             if not _from_mlflow(exc):
                 raise
             raise OpenAIError(502, f"MLflow refused the sync: {exc}",
-                              code="mlflow_error") from None
+                              code=ErrorCode.MLFLOW_ERROR) from None
         if report.snapshot_version is not None and snapshot_source is not None:
             snapshot_source.refresh()  # route on the imported aliases now, not at the next poll
         return report.to_dict()

@@ -21,8 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from common.vocabulary import EngineKind, RoutingStrategy, Tier
-from gateway.request_path.modalities import Modality
+from common.vocabulary import EngineKind, Modality, RoutingStrategy, Tier
 from gateway.settings import GatewaySettings, RoutingSettings
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -22,8 +22,10 @@ from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from common.metric_names import Metric
 from control_plane.rollouts.metrics_source import Scrape, VersionCounts
-from registry.models import Model, Slo
+from registry.orm.catalog import Model
+from registry.orm.slos import Slo
 
 DEFAULT_MIN_REMAINING = 0.1  # below this a rollout refuses to start, or pauses
 DEFAULT_SPACING_S = 60.0
@@ -61,7 +63,7 @@ class SloTracker:
         self._clock = clock
         self._history: deque[Scrape] = deque()
         self._latest: Scrape | None = None
-        self.gauge = Gauge("inferplane_slo_error_budget_remaining",
+        self.gauge = Gauge(Metric.SLO_ERROR_BUDGET_REMAINING,
                            "Fraction of the SLO's error budget left over its window",
                            ["model", "slo"], registry=registry)
 

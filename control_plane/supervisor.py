@@ -29,7 +29,7 @@ from typing import Awaitable, Callable
 
 import httpx
 
-from builtin_engine.api_key import API_KEY_ENV
+from builtin_engine.serving.api_key import API_KEY_ENV
 from common.vocabulary import BackendState, EngineKind
 from engine_adapter import engine_keys
 

@@ -38,7 +38,16 @@ from pathlib import Path
 
 import httpx
 
+from common.error_codes import ErrorCode
+from control_plane.apps import control_plane_app, serve_gateway
 from control_plane.fleet import say
+from control_plane.server_process import (
+    configure_engine_keys,
+    configure_logging,
+    listen,
+    run,
+    uvicorn_server,
+)
 from control_plane.settings import Settings
 
 CONTROL_BASE = "http://control-plane"     # the host name is ignored on a unix socket
@@ -180,18 +189,16 @@ def _unavailable(exc: Exception):
     from common.errors import InferplaneError
 
     return InferplaneError(f"the control plane is not answering: {exc}", status=503,
-                           code="control_plane_unavailable").response()
+                           code=ErrorCode.CONTROL_PLANE_UNAVAILABLE).response()
 
 
 def run_up_workers(settings: Settings, workers: int) -> int:
     """Bind the public port, fork the worker supervisor, then run the control plane here."""
-    from control_plane.up import _configure_logging, _engine_keys, _gateway, _listen, _run
-
-    socks = _listen(settings, workers)
+    socks = listen(settings, workers)
     if socks is None:
         return 1
-    _configure_logging()
-    _engine_keys(settings, create=True)   # a file: the workers inherit the secret
+    configure_logging()
+    configure_engine_keys(settings, create=True)   # a file: the workers inherit the secret
     run_dir = tempfile.mkdtemp(prefix="inferplane-up-")
     link = ControlPlaneLink(str(Path(run_dir) / "control.sock"), Path(settings.data_dir))
     pid = os.fork()
@@ -201,7 +208,7 @@ def run_up_workers(settings: Settings, workers: int) -> int:
 
         code = 1
         try:
-            code = serve_workers(socks, lambda sock: _run(_gateway(settings, sock, link)),
+            code = serve_workers(socks, lambda sock: run(serve_gateway(settings, sock, link)),
                                  None if settings.redis_url else limits_store(),
                                  replace=True)
         finally:
@@ -209,7 +216,7 @@ def run_up_workers(settings: Settings, workers: int) -> int:
     for sock in socks:   # only the workers accept on the public port
         sock.close()
     try:
-        return _run(_control_plane(settings, _unix_socket(link.socket_path), pid, workers))
+        return run(_control_plane(settings, _unix_socket(link.socket_path), pid, workers))
     finally:
         _stop(pid)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -233,12 +240,11 @@ def _local_metrics_url(settings: Settings) -> str:
 async def _control_plane(settings: Settings, sock: socket.socket, supervisor: int,
                          workers: int) -> None:
     from common.workers import watch_exit
-    from control_plane.up import _server, control_plane_app
 
     urls = settings.gateway_metrics_urls or [_local_metrics_url(settings)]
     async with control_plane_app(settings, urls) as app:
         app.add_api_route("/healthz", _healthz, include_in_schema=False)
-        server = _server(app, settings)
+        server = uvicorn_server(app, settings)
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def supervisor_ended(code: int) -> None:   # the workers kept dying: stop it all

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from grafana import RATE, dashboard, quantiles, query_variable, stat, target, timeseries
 
+from common.metric_names import Metric
 from common.vocabulary import BreakerState
 
 SEL = 'job=~"$job", instance=~"$instance", model=~"$model"'
@@ -16,12 +17,12 @@ BREAKER_COLOURS = {BreakerState.CLOSED: "green", BreakerState.HALF_OPEN: "orange
 
 def variables() -> list[dict]:
     return [
-        query_variable("job", "Job", "label_values(inferplane_requests_total, job)",
+        query_variable("job", "Job", f"label_values({Metric.REQUESTS.total}, job)",
                        default="inferplane-gateway", multi=False),
         query_variable("instance", "Instance",
-                       'label_values(inferplane_requests_total{job=~"$job"}, instance)'),
+                       f'label_values({Metric.REQUESTS.total}{{job=~"$job"}}, instance)'),
         query_variable("model", "Model",
-                       'label_values(inferplane_requests_total{job=~"$job"}, model)'),
+                       f'label_values({Metric.REQUESTS.total}{{job=~"$job"}}, model)'),
     ]
 
 
@@ -30,47 +31,47 @@ def rate_sum(metric: str, by: str, selector: str = SEL) -> str:
 
 
 def traffic_panels() -> list[dict]:
-    errors = f'sum by (model) (rate(inferplane_requests_total{{{SEL}, code=~"5.."}}[{RATE}]))'
+    errors = f'sum by (model) (rate({Metric.REQUESTS.total}{{{SEL}, code=~"5.."}}[{RATE}]))'
     return [
         stat("Requests per second", "All requests answered by the selected gateways.", "reqps",
-             [target(f"sum(rate(inferplane_requests_total{{{SEL}}}[{RATE}]))")]),
+             [target(f"sum(rate({Metric.REQUESTS.total}{{{SEL}}}[{RATE}]))")]),
         stat("5xx ratio", "Share of responses with a 5xx status (the availability SLI).",
              "percentunit",
-             [target(f'sum(rate(inferplane_requests_total{{{SEL}, code=~"5.."}}[{RATE}])) / '
-                     f"sum(rate(inferplane_requests_total{{{SEL}}}[{RATE}]))")],
+             [target(f'sum(rate({Metric.REQUESTS.total}{{{SEL}, code=~"5.."}}[{RATE}])) / '
+                     f"sum(rate({Metric.REQUESTS.total}{{{SEL}}}[{RATE}]))")],
              thresholds=[(0, "green"), (0.001, "orange"), (0.01, "red")]),
         stat("In-flight requests", "Requests currently being served upstream.", "short",
-             [target(f"sum(inferplane_inflight_requests{{{SEL}}})")]),
+             [target(f"sum({Metric.INFLIGHT_REQUESTS}{{{SEL}}})")]),
         stat("Queued requests", "Requests waiting in the admission queues.", "short",
-             [target(f"sum(inferplane_queue_depth{{{SEL}}})")],
+             [target(f"sum({Metric.QUEUE_DEPTH}{{{SEL}}})")],
              thresholds=[(0, "green"), (10, "orange"), (50, "red")]),
         timeseries("Requests per second by model", "Request rate per model, all status codes.",
-                   "reqps", [target(rate_sum("inferplane_requests_total", "model"), "{{model}}")]),
+                   "reqps", [target(rate_sum(Metric.REQUESTS.total, "model"), "{{model}}")]),
         timeseries("Responses by status code", "Response rate split by HTTP status code.", "reqps",
-                   [target(rate_sum("inferplane_requests_total", "code"), "{{code}}")], stack=True),
+                   [target(rate_sum(Metric.REQUESTS.total, "code"), "{{code}}")], stack=True),
         timeseries("5xx ratio by model", "Share of 5xx responses per model.", "percentunit",
-                   [target(f"{errors} / {rate_sum('inferplane_requests_total', 'model')}",
+                   [target(f"{errors} / {rate_sum(Metric.REQUESTS.total, 'model')}",
                            "{{model}}")], min_value=0),
         timeseries("Tokens per second", "Prompt and completion tokens processed per second.",
                    "suffix: tok/s",
-                   [target(rate_sum("inferplane_tokens_total", "kind"), "{{kind}}")], stack=True),
+                   [target(rate_sum(Metric.TOKENS.total, "kind"), "{{kind}}")], stack=True),
     ]
 
 
 def latency_panels() -> list[dict]:
     return [
         timeseries("Request latency", "End-to-end request duration quantiles (P50/P95/P99).", "s",
-                   quantiles("inferplane_request_duration_seconds", SEL)),
+                   quantiles(Metric.REQUEST_DURATION, SEL)),
         timeseries("Time to first token", "TTFT quantiles: queueing plus prefill until the first "
-                   "streamed token.", "s", quantiles("inferplane_time_to_first_token_seconds", SEL)),
+                   "streamed token.", "s", quantiles(Metric.TIME_TO_FIRST_TOKEN, SEL)),
         timeseries("Time per output token", "TPOT quantiles: decode time per generated token "
                    "after the first.", "s",
-                   quantiles("inferplane_time_per_output_token_seconds", SEL)),
+                   quantiles(Metric.TIME_PER_OUTPUT_TOKEN, SEL)),
         timeseries("Inter-token latency P95 by model", "95th percentile gap between streamed "
                    "tokens as seen by clients.", "s",
-                   quantiles("inferplane_inter_token_latency_seconds", SEL, "model", qs=(0.95,))),
+                   quantiles(Metric.INTER_TOKEN_LATENCY, SEL, "model", qs=(0.95,))),
         timeseries("Latency P95 by version", "Request duration P95 per model version.", "s",
-                   quantiles("inferplane_request_duration_seconds", SEL, "model, version",
+                   quantiles(Metric.REQUEST_DURATION, SEL, "model, version",
                              qs=(0.95,))),
     ]
 
@@ -79,18 +80,18 @@ def admission_panels() -> list[dict]:
     return [
         timeseries("Rejections by reason", "Requests refused before reaching a backend "
                    "(rate limits, budget, full queue, timeouts).", "reqps",
-                   [target(rate_sum("inferplane_rejections_total", "reason"), "{{reason}}")],
+                   [target(rate_sum(Metric.REJECTIONS.total, "reason"), "{{reason}}")],
                    stack=True),
         timeseries("Queue depth by priority", "Requests waiting in the admission queue per "
                    "priority class.", "short",
-                   [target(f"sum by (priority) (inferplane_queue_depth{{{SEL}}})",
+                   [target(f"sum by (priority) ({Metric.QUEUE_DEPTH}{{{SEL}}})",
                            "{{priority}}")], stack=True),
         timeseries("Queue wait P95 by priority", "95th percentile time spent in the admission "
                    "queue.", "s",
-                   quantiles("inferplane_queue_wait_seconds", SEL, "priority", qs=(0.95,))),
+                   quantiles(Metric.QUEUE_WAIT, SEL, "priority", qs=(0.95,))),
         timeseries("Spend per hour by team", "Estimated spend rate in USD per hour.",
                    "currencyUSD",
-                   [target(f"{rate_sum('inferplane_spend_usd_total', 'team')} * 3600",
+                   [target(f"{rate_sum(Metric.SPEND_USD.total, 'team')} * 3600",
                            "{{team}}")], stack=True),
     ]
 
@@ -98,38 +99,38 @@ def admission_panels() -> list[dict]:
 def backend_panels() -> list[dict]:
     return [
         timeseries("In-flight requests by backend", "Requests in progress on each backend.",
-                   "short", [target(f"sum by (backend) (inferplane_inflight_requests{{{SEL}}})",
+                   "short", [target(f"sum by (backend) ({Metric.INFLIGHT_REQUESTS}{{{SEL}}})",
                                     "{{backend}}")]),
         timeseries("Routing decisions", "Backends picked by the router, per strategy.", "ops",
-                   [target(rate_sum("inferplane_routing_decisions_total", "strategy, backend"),
+                   [target(rate_sum(Metric.ROUTING_DECISIONS.total, "strategy, backend"),
                            "{{strategy}} → {{backend}}")], stack=True),
         timeseries("Upstream errors by backend", "Errors returned by or while talking to "
                    "backends, by kind.", "ops",
-                   [target(rate_sum("inferplane_upstream_errors_total", "backend, kind"),
+                   [target(rate_sum(Metric.UPSTREAM_ERRORS.total, "backend, kind"),
                            "{{backend}} {{kind}}")]),
         timeseries("Retries, fallbacks and resumed streams", "Requests retried on another "
                    "backend, requests served by a fallback model, and streams continued on "
                    "another backend after theirs failed mid-way.", "ops",
-                   [target(rate_sum("inferplane_retries_total", "model"), "retries {{model}}"),
-                    target(rate_sum("inferplane_fallbacks_total", "model"),
+                   [target(rate_sum(Metric.RETRIES.total, "model"), "retries {{model}}"),
+                    target(rate_sum(Metric.FALLBACKS.total, "model"),
                            "fallbacks {{model}}"),
-                    target(rate_sum("inferplane_stream_resumes_total", "model"),
+                    target(rate_sum(Metric.STREAM_RESUMES.total, "model"),
                            "resumed {{model}}")]),
         timeseries("Circuit breaker state", f"{BreakerState.legend()}.", "none",
-                   [target(f"max by (backend) (inferplane_circuit_breaker_state{{{SEL_NO_MODEL}}})",
+                   [target(f"max by (backend) ({Metric.CIRCUIT_BREAKER_STATE}{{{SEL_NO_MODEL}}})",
                            "{{backend}}")], min_value=0, max_value=BreakerState.OPEN.code,
                    thresholds=[(s.code, colour) for s, colour in BREAKER_COLOURS.items()]),
         timeseries("Backend health", "1 when the backend passes health checks.", "bool",
-                   [target(f"max by (model, backend) (inferplane_backend_healthy{{{SEL_MODEL_ONLY}}})",
+                   [target(f"max by (model, backend) ({Metric.BACKEND_HEALTHY}{{{SEL_MODEL_ONLY}}})",
                            "{{model}} {{backend}}")], min_value=0, max_value=1),
         timeseries("Prefix cache hit ratio", "Share of prompt tokens the router expected to "
                    "find in a backend's prefix cache.", "percentunit",
-                   [target(f"{rate_sum('inferplane_prefix_hit_tokens_total', 'model')} / "
-                           f"{rate_sum('inferplane_prefix_lookup_tokens_total', 'model')}",
+                   [target(f"{rate_sum(Metric.PREFIX_HIT_TOKENS.total, 'model')} / "
+                           f"{rate_sum(Metric.PREFIX_LOOKUP_TOKENS.total, 'model')}",
                            "{{model}}")], min_value=0, max_value=1),
         timeseries("Prefix hit estimate by backend", "Router's current estimate of the prefix "
                    "overlap per backend.", "percentunit",
-                   [target(f"avg by (backend) (inferplane_prefix_cache_hit_estimate{{{SEL}}})",
+                   [target(f"avg by (backend) ({Metric.PREFIX_CACHE_HIT_ESTIMATE}{{{SEL}}})",
                            "{{backend}}")], min_value=0),
     ]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from grafana import RATE, dashboard, query_variable, stat, table, target, timeseries
 
+from common.metric_names import Metric
+
 MODEL = 'model=~"$model"'
 RAW = 'job=~"$job", instance=~"$instance", model=~"$model"'
 PAGE_WINDOWS = ("5m", "30m", "1h", "6h")
@@ -15,10 +17,10 @@ TICKET_WINDOWS = ("2h", "6h", "1d", "3d")
 
 def variables() -> list[dict]:
     return [
-        query_variable("job", "Job", "label_values(inferplane_requests_total, job)",
+        query_variable("job", "Job", f"label_values({Metric.REQUESTS.total}, job)",
                        default="inferplane-gateway", multi=False),
         query_variable("instance", "Instance",
-                       'label_values(inferplane_requests_total{job=~"$job"}, instance)'),
+                       f'label_values({Metric.REQUESTS.total}{{job=~"$job"}}, instance)'),
         query_variable("model", "Model", "label_values(inferplane:sli_error_ratio:rate5m, model)"),
     ]
 
@@ -45,7 +47,7 @@ def summary_panels() -> list[dict]:
              thresholds=good),
         stat("Error budget remaining", "Budget left in the SLO period, as tracked by the "
              "control plane.", "percentunit",
-             [target(f'inferplane_slo_error_budget_remaining{{{MODEL}, slo="availability"}}',
+             [target(f'{Metric.SLO_ERROR_BUDGET_REMAINING}{{{MODEL}, slo="availability"}}',
                      "{{model}}")],
              thresholds=[(0, "red"), (0.25, "orange"), (0.5, "green")]),
     ]
@@ -60,7 +62,7 @@ def trend_panels() -> list[dict]:
                     target("1 - inferplane:slo_objective:ratio", "budget")], min_value=0),
         timeseries("Error budget remaining over time", "Remaining budget per SLO, as tracked by "
                    "the control plane.", "percentunit",
-                   [target(f"inferplane_slo_error_budget_remaining{{{MODEL}}}",
+                   [target(f"{Metric.SLO_ERROR_BUDGET_REMAINING}{{{MODEL}}}",
                            "{{model}} {{slo}}")]),
         burn_rate_panel("Burn rate, paging windows", PAGE_WINDOWS,
                         [(0, "green"), (6, "orange"), (14.4, "red")]),
@@ -82,7 +84,7 @@ def latency_panels() -> list[dict]:
         versus_slo("Time per output token P95 vs SLO", "tpot"),
         timeseries("5xx responses by code", "Raw 5xx rate from the selected gateway instances.",
                    "reqps",
-                   [target(f'sum by (code) (rate(inferplane_requests_total{{{RAW}, code=~"5.."}}'
+                   [target(f'sum by (code) (rate({Metric.REQUESTS.total}{{{RAW}, code=~"5.."}}'
                            f"[{RATE}]))", "{{code}}")], stack=True),
         table("Firing SLO alerts", "Alerts with an slo label that are firing now.", "none",
               [target('ALERTS{alertstate="firing", slo!=""}', instant=True, table=True)],

@@ -11,6 +11,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
+from common.error_codes import UpstreamErrorKind
+
 
 @dataclass(frozen=True)
 class LoadView:
@@ -67,7 +69,7 @@ class EngineAdapter(abc.ABC):
 
     async def embeddings(self, body: dict) -> dict:
         """POST embeddings (OpenAI shape, never streamed)."""
-        raise EngineError("http_4xx", f"{type(self).__name__} does not serve embeddings",
+        raise EngineError(UpstreamErrorKind.HTTP_4XX, f"{type(self).__name__} does not serve embeddings",
                           status=400, body={"error": {
                               "message": "this backend does not serve embeddings",
                               "type": "invalid_request_error", "param": None,

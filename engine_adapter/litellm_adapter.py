@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 
 import orjson
 
+from common.error_codes import UpstreamErrorKind
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 
 
@@ -17,7 +18,7 @@ def _litellm() -> Any:
     try:
         import litellm
     except ImportError as exc:  # the optional extra is not installed
-        raise EngineError("connect", "hosted backends need `pip install inferplane[hosted]`") from exc
+        raise EngineError(UpstreamErrorKind.CONNECT, "hosted backends need `pip install inferplane[hosted]`") from exc
     return litellm
 
 
@@ -71,14 +72,14 @@ class LiteLLMAdapter(EngineAdapter):
             iterator = result.__aiter__()
             first = await asyncio.wait_for(iterator.__anext__(), self._first_token_timeout)
         except TimeoutError as exc:
-            raise EngineError("first_token_timeout", "hosted provider timed out") from exc
+            raise EngineError(UpstreamErrorKind.FIRST_TOKEN_TIMEOUT, "hosted provider timed out") from exc
         except StopAsyncIteration as exc:
-            raise EngineError("protocol", "hosted provider sent an empty stream") from exc
+            raise EngineError(UpstreamErrorKind.PROTOCOL, "hosted provider sent an empty stream") from exc
         except EngineError:
             raise
         except Exception as exc:  # provider SDK errors carry an HTTP status when they have one
             status = getattr(exc, "status_code", None)
-            kind = "http_4xx" if status and 400 <= status < 500 else "http_5xx"
+            kind = UpstreamErrorKind.HTTP_4XX if status and 400 <= status < 500 else UpstreamErrorKind.HTTP_5XX
             raise EngineError(kind, str(exc), status=status, body={"message": str(exc)}) from exc
         return _LiteLLMStream(first, iterator)
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.metric_names import EngineMetric
 from engine_adapter.base import LoadView
 
 # quantity -> candidate sample names, first present wins
 _NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
-        "running": ("vllm:num_requests_running",),
-        "waiting": ("vllm:num_requests_waiting",),
-        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "prefix_hit_rate": ("vllm:gpu_prefix_cache_hit_rate",),
+        "running": (EngineMetric.NUM_REQUESTS_RUNNING,),
+        "waiting": (EngineMetric.NUM_REQUESTS_WAITING,),
+        "kv_usage": (EngineMetric.KV_CACHE_USAGE_PERC, EngineMetric.GPU_CACHE_USAGE_PERC),
+        "prefix_hit_rate": (EngineMetric.GPU_PREFIX_CACHE_HIT_RATE,),
     },
     "sglang": {
         "running": ("sglang:num_running_reqs",),
@@ -37,9 +38,9 @@ _NAMES["builtin"] = _NAMES["vllm"]
 _ENGINE_ALIASES = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp"}
 
 # vLLM V1 exports prefix-cache counters instead of a ratio.
-_VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
-_VLLM_PREFIX_HITS = "vllm:prefix_cache_hits_total"
-_VLLM_LORA_INFO = "vllm:lora_requests_info"
+_VLLM_PREFIX_QUERIES = EngineMetric.PREFIX_CACHE_QUERIES.total
+_VLLM_PREFIX_HITS = EngineMetric.PREFIX_CACHE_HITS.total
+_VLLM_LORA_INFO = EngineMetric.LORA_REQUESTS_INFO
 
 
 def _sample_sums(text: str) -> tuple[dict[str, float], frozenset[str]]:

@@ -17,11 +17,11 @@ import orjson
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from common.error_codes import UpstreamErrorKind
 from engine_adapter.aiohttp_transport import AiohttpTransport
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 from engine_adapter.metrics_parse import parse_load
-from engine_adapter.wire_client import (Target, WireConnectError, WireError, WirePool,
-                                        WireResponse)
+from engine_adapter.wire_client import Target, WireConnectError, WireError, WirePool, WireResponse
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _json_answer(raw: bytes) -> dict:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise EngineError("protocol", "upstream returned invalid JSON") from exc
+        raise EngineError(UpstreamErrorKind.PROTOCOL, "upstream returned invalid JSON") from exc
 
 
 class _SSEStream(EngineStream):
@@ -138,9 +138,9 @@ class _SSEStream(EngineStream):
             try:
                 chunk = await self._read(self._deadline)
             except TimeoutError:
-                raise EngineError("timeout", "upstream exceeded the total request timeout")
+                raise EngineError(UpstreamErrorKind.TIMEOUT, "upstream exceeded the total request timeout")
             except (httpx.HTTPError, WireError) as exc:
-                raise EngineError("protocol", f"upstream stream broke: {exc!r}") from exc
+                raise EngineError(UpstreamErrorKind.PROTOCOL, f"upstream stream broke: {exc!r}") from exc
             if chunk is None:
                 rest, self._buffer = self._buffer.strip(), b""
                 return rest + b"\n\n" if rest else None
@@ -222,9 +222,9 @@ class OpenAIHTTPAdapter(EngineAdapter):
         except TimeoutError:
             raise EngineError(timeout_kind, "upstream did not answer in time")
         except WireConnectError as exc:
-            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.CONNECT, f"cannot connect to {self.base_url}: {exc!r}") from exc
         except WireError as exc:
-            raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.PROTOCOL, f"upstream request failed: {exc!r}") from exc
         if response.status >= 400:
             try:
                 raw = await response.read()
@@ -232,7 +232,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
                 raw = b""
             finally:
                 response.release()
-            kind = "http_4xx" if response.status < 500 else "http_5xx"
+            kind = UpstreamErrorKind.HTTP_4XX if response.status < 500 else UpstreamErrorKind.HTTP_5XX
             raise EngineError(kind, f"upstream answered {response.status}",
                               status=response.status, body=_error_body(raw))
         return response
@@ -242,16 +242,16 @@ class OpenAIHTTPAdapter(EngineAdapter):
         try:
             raw = await response.read()
         except TimeoutError:
-            raise EngineError("timeout", "upstream exceeded the total request timeout")
+            raise EngineError(UpstreamErrorKind.TIMEOUT, "upstream exceeded the total request timeout")
         except WireError as exc:
-            raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.PROTOCOL, f"upstream response broke: {exc!r}") from exc
         finally:
             response.release()
         return _json_answer(raw)
 
     async def _wire_stream(self, path: str, payload: bytes, first_deadline: float,
                            deadline: float) -> EngineStream:
-        response = await self._wire_send(path, payload, first_deadline, "first_token_timeout")
+        response = await self._wire_send(path, payload, first_deadline, UpstreamErrorKind.FIRST_TOKEN_TIMEOUT)
         return await self._read_ahead(response, response.next_chunk, first_deadline, deadline)
 
     async def _send(self, request: httpx.Request, deadline: float,
@@ -262,9 +262,9 @@ class OpenAIHTTPAdapter(EngineAdapter):
         except TimeoutError:
             raise EngineError(timeout_kind, "upstream did not answer in time")
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise EngineError("connect", f"cannot connect to {self.base_url}: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.CONNECT, f"cannot connect to {self.base_url}: {exc!r}") from exc
         except httpx.HTTPError as exc:
-            raise EngineError("protocol", f"upstream request failed: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.PROTOCOL, f"upstream request failed: {exc!r}") from exc
         if response.status_code >= 400:
             await self._raise_http_error(response, deadline)
         return response
@@ -278,13 +278,13 @@ class OpenAIHTTPAdapter(EngineAdapter):
         finally:
             await response.aclose()
         status = response.status_code
-        kind = "http_4xx" if status < 500 else "http_5xx"
+        kind = UpstreamErrorKind.HTTP_4XX if status < 500 else UpstreamErrorKind.HTTP_5XX
         raise EngineError(kind, f"upstream answered {status}", status=status,
                           body=_error_body(raw))
 
     async def _open_stream(self, request: httpx.Request, first_deadline: float,
                            deadline: float) -> EngineStream:
-        response = await self._send(request, first_deadline, "first_token_timeout")
+        response = await self._send(request, first_deadline, UpstreamErrorKind.FIRST_TOKEN_TIMEOUT)
         # Without a content-encoding the raw bytes are the content: skip httpx's decoding layers.
         chunks = response.aiter_bytes() if "content-encoding" in response.headers \
             else response.aiter_raw()
@@ -300,14 +300,14 @@ class OpenAIHTTPAdapter(EngineAdapter):
             while True:
                 event = await stream.next_event()
                 if event is None:
-                    raise EngineError("protocol", "upstream closed the stream before any data")
+                    raise EngineError(UpstreamErrorKind.PROTOCOL, "upstream closed the stream before any data")
                 pending.append(event)
                 if event.startswith(b"data:"):
                     break
         except EngineError as exc:
             await response.aclose()
             if exc.kind == "timeout":
-                raise EngineError("first_token_timeout", "no first token in time") from exc
+                raise EngineError(UpstreamErrorKind.FIRST_TOKEN_TIMEOUT, "no first token in time") from exc
             raise
         except BaseException:
             await response.aclose()
@@ -320,9 +320,9 @@ class OpenAIHTTPAdapter(EngineAdapter):
             async with asyncio.timeout_at(deadline):
                 raw = await response.aread()
         except TimeoutError:
-            raise EngineError("timeout", "upstream exceeded the total request timeout")
+            raise EngineError(UpstreamErrorKind.TIMEOUT, "upstream exceeded the total request timeout")
         except httpx.HTTPError as exc:
-            raise EngineError("protocol", f"upstream response broke: {exc!r}") from exc
+            raise EngineError(UpstreamErrorKind.PROTOCOL, f"upstream response broke: {exc!r}") from exc
         finally:
             await response.aclose()
         return _json_answer(raw)
@@ -376,7 +376,7 @@ class OpenAIHTTPAdapter(EngineAdapter):
         response = await self._client.post(self.base_url + path, content=orjson.dumps(payload),
                                            headers=self._headers, timeout=self.timeouts.total)
         if response.status_code >= 400:
-            kind = "http_4xx" if response.status_code < 500 else "http_5xx"
+            kind = UpstreamErrorKind.HTTP_4XX if response.status_code < 500 else UpstreamErrorKind.HTTP_5XX
             raise EngineError(kind, f"{path} answered {response.status_code}",
                               status=response.status_code, body=_error_body(response.content))
 

@@ -10,7 +10,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from registry.db import make_engine, normalize_url
-from registry.models import Base
+from registry.orm import Base
 
 VERSION_TABLE = "inferplane_alembic_version"
 

@@ -1,2 +1,2 @@
-"""The registry's data model. Importing the package loads every table in dependency order."""
-from registry import models as _models  # noqa: F401  (defines Base, then the access tables)
+"""The registry's data model. Importing the package loads every table (registry.orm)."""
+from registry import orm as _orm  # noqa: F401  (every table on one Base.metadata)

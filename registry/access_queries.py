@@ -11,10 +11,13 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from common.auth.keys import KEY_PREFIX, display_prefix, generate_key, hash_key
+from common.error_codes import ErrorCode
 from common.vocabulary import Priority, Role
 from registry.errors import ConflictError, InvalidError, NotFoundError
-from registry.models import ApiKey, Team, Usage, utcnow
 from registry.named import create_named, get_named
+from registry.orm.access import ApiKey, Team
+from registry.orm.base import utcnow
+from registry.orm.usage import Usage
 
 MIN_SECRET_LEN = 20  # imported secrets shorter than this are guessable
 
@@ -31,7 +34,7 @@ def check_team(session: Session, team: str | None) -> None:
     """A key's team names a row in `teams` (its limits and budget apply to the key)."""
     if team is not None and session.scalar(select(Team.id).where(Team.name == team)) is None:
         raise NotFoundError(f"team '{team}' does not exist; create it with POST "
-                            "/admin/v1/teams first", param="team", code="team_not_found")
+                            "/admin/v1/teams first", param="team", code=ErrorCode.TEAM_NOT_FOUND)
 
 
 def _active_admins(now: datetime):
@@ -50,7 +53,7 @@ def check_admin_remains(session: Session, key: ApiKey, change: str) -> None:
     if key.id in active and len(active) == 1:
         raise ConflictError(f"API key {key.id} is the last active admin key and cannot be "
                             f"{change}; create another admin key first", param="key_id",
-                            code="last_admin")
+                            code=ErrorCode.LAST_ADMIN)
 
 
 def get_key(session: Session, key_id: int) -> ApiKey:
@@ -68,7 +71,7 @@ def _checked_secret(session: Session, secret: str | None) -> str:
                            param="secret")
     if session.scalar(select(ApiKey.id).where(ApiKey.key_hash == hash_key(secret))) is not None:
         raise ConflictError("that secret is already in use by another key", param="secret",
-                            code="already_exists")
+                            code=ErrorCode.ALREADY_EXISTS)
     return secret
 
 
@@ -104,7 +107,7 @@ def rotate_key(session: Session, key_id: int, secret: str | None = None) -> tupl
     key = get_key(session, key_id)
     if key.revoked_at is not None:
         raise ConflictError(f"API key {key_id} is revoked; create a new key instead",
-                            code="key_revoked")
+                            code=ErrorCode.KEY_REVOKED)
     secret = _checked_secret(session, secret)
     key.key_hash = hash_key(secret)
     key.prefix = display_prefix(secret)

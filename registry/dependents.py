@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from common.vocabulary import RolloutState
 from registry.errors import ConflictError
-from registry.models import Alias, Model, ModelVersion, Rollout
+from registry.orm.catalog import Alias, Model, ModelVersion
+from registry.orm.rollouts import Rollout
 
 LIVE_ROLLOUT_STATES = (RolloutState.PENDING, RolloutState.RUNNING,  # not yet promoted,
                        RolloutState.PAUSED)                     # rolled back, aborted

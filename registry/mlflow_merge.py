@@ -13,8 +13,8 @@ deleted or rewritten, and deleting a whole model is not propagated."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -33,12 +33,9 @@ from registry.mlflow_remote import (
     mlflow_source,
 )
 from registry.mlflow_state import load_base, save_base
-from registry.models import Alias, Model, ModelVersion
+from registry.orm.catalog import Alias, Model, ModelVersion
 from registry.queries import add_version, audit, delete_alias, set_alias, upsert_model
 from registry.serialize import row_to_dict
-
-if TYPE_CHECKING:
-    from registry.mlflow_sync import SyncReport
 
 # The admin API's rule for model and alias names; MLflow allows names Inferplane cannot route.
 LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -51,6 +48,25 @@ def resolve_alias(base: str | None, ours: str | None, theirs: str | None) -> str
     if ours == base:
         return theirs
     return ours
+
+
+@dataclass
+class SyncReport:
+    """What one sync run changed on each side, and what it skipped and why (filled in by
+    each model's merge; returned by registry.mlflow_sync.MlflowSync)."""
+
+    direction: str
+    inferplane_changes: list[str] = field(default_factory=list)
+    mlflow_changes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # things that could not be synced, why
+    snapshot_version: int | None = None  # the new version when Inferplane changed
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.inferplane_changes or self.mlflow_changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "changed": self.changed}
 
 
 @dataclass

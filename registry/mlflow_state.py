@@ -2,29 +2,18 @@
 
 The sync is a three-way merge: comparing each side with this common base tells which side
 moved an alias since the last sync, so a move on either side is propagated instead of being
-overwritten by the other side's stale value."""
+overwritten by the other side's stale value. The rows are registry.orm.mlflow_state's.
+
+    load_base(session, target, model_name)                  # {alias: agreed version label}
+    save_base(session, target, model_name, alias, label)    # label None: agreed absent
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
-from sqlalchemy import String, UniqueConstraint, delete, select
-from sqlalchemy.orm import Mapped, Session, mapped_column
-
-from registry.models import Base, utcnow
-
-
-class MlflowAliasState(Base):
-    __tablename__ = "mlflow_alias_sync"
-    __table_args__ = (UniqueConstraint("target", "model_name", "alias"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    # tracking URI + name prefix: one deployment may sync with several MLflow registries.
-    target: Mapped[str] = mapped_column(String(500))
-    model_name: Mapped[str] = mapped_column(String(200))
-    alias: Mapped[str] = mapped_column(String(100))
-    version_label: Mapped[str] = mapped_column(String(100))
-    synced_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+from registry.orm.mlflow_state import MlflowAliasState
 
 
 def load_base(session: Session, target: str, model_name: str) -> dict[str, str]:

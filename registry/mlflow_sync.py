@@ -13,36 +13,19 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.mlflow_merge import LOCAL_NAME, ModelMerge, SyncTarget
+from registry.mlflow_merge import LOCAL_NAME, ModelMerge, SyncReport, SyncTarget
 from registry.mlflow_remote import MlflowRegistry, RemoteModel
-from registry.models import Model
+from registry.orm.catalog import Model
 from registry.queries import bump_snapshot_version
 
 log = logging.getLogger("inferplane.mlflow_sync")
 
 DIRECTIONS = ("pull", "push", "both")
-
-
-@dataclass
-class SyncReport:
-    direction: str
-    inferplane_changes: list[str] = field(default_factory=list)
-    mlflow_changes: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # things that could not be synced, why
-    snapshot_version: int | None = None  # the new version when Inferplane changed
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.inferplane_changes or self.mlflow_changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "changed": self.changed}
 
 
 class MlflowSync:

@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.error_codes import ErrorCode
 from registry.errors import ConflictError, NotFoundError
 
 Row = TypeVar("Row")
@@ -20,7 +21,7 @@ def get_named(session: Session, cls: type[Row], name: str, kind: str) -> Row:
 
 def create_named(session: Session, cls: type[Row], name: str, kind: str, **fields: Any) -> Row:
     if session.scalar(select(cls.id).where(cls.name == name)) is not None:
-        raise ConflictError(f"{kind} '{name}' already exists", param="name", code="already_exists")
+        raise ConflictError(f"{kind} '{name}' already exists", param="name", code=ErrorCode.ALREADY_EXISTS)
     row = cls(name=name, **fields)
     session.add(row)
     session.flush()

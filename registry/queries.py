@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from common.error_codes import ErrorCode
 from common.vocabulary import VersionKind
 
 # Access-control queries live in their own module; re-exported so callers have one import.
@@ -24,19 +25,18 @@ from registry.access_queries import (  # noqa: F401
     rotate_key,
 )
 from registry.errors import ConflictError, InvalidError, NotFoundError, check_row_version
-from registry.models import (
+from registry.named import create_named, get_named
+from registry.orm.audit import AuditLog, RegistryState
+from registry.orm.base import utcnow
+from registry.orm.catalog import (
     Adapter,
     Alias,
     AliasHistory,
-    AuditLog,
     Backend,
     BackendAdapter,
     Model,
     ModelVersion,
-    RegistryState,
-    utcnow,
 )
-from registry.named import create_named, get_named
 
 # --- registry state + audit -------------------------------------------------------------
 
@@ -100,7 +100,7 @@ def add_version(session: Session, model: Model, label: str, *, kind: str = Versi
         ModelVersion.model_id == model.id, ModelVersion.label == label))
     if exists is not None:
         raise ConflictError(f"model '{model.name}' already has version '{label}'",
-                            param="version", code="already_exists")
+                            param="version", code=ErrorCode.ALREADY_EXISTS)
     if kind == VersionKind.LORA and not base_version:
         raise InvalidError("a lora version needs base_version", param="base_version")
     if kind == VersionKind.FULL and base_version:
@@ -141,13 +141,13 @@ def set_alias(session: Session, model: Model, name: str, version_label: str, act
     if alias is None:
         if expected_row_version not in (None, 0):
             raise ConflictError(f"alias '{name}' does not exist (expected row_version "
-                                f"{expected_row_version})", code="row_version_mismatch")
+                                f"{expected_row_version})", code=ErrorCode.ROW_VERSION_MISMATCH)
         alias = Alias(model_id=model.id, name=name, version_id=target.id)
         session.add(alias)
         previous, created = None, True
     else:
         if expected_row_version == 0:
-            raise ConflictError(f"alias '{name}' already exists", code="row_version_mismatch")
+            raise ConflictError(f"alias '{name}' already exists", code=ErrorCode.ROW_VERSION_MISMATCH)
         check_row_version(alias, expected_row_version, f"alias '{name}'")
         previous, created = alias.version.label, False
         alias.version_id = target.id
@@ -184,7 +184,7 @@ def add_adapter(session: Session, model: Model, name: str, *, base_version: str 
     if session.scalar(select(Adapter.id).where(
             Adapter.model_id == model.id, Adapter.name == name)) is not None:
         raise ConflictError(f"model '{model.name}' already has adapter '{name}'",
-                            param="name", code="already_exists")
+                            param="name", code=ErrorCode.ALREADY_EXISTS)
     base = _base_version(session, model, base_version)
     adapter = Adapter(model_id=model.id, name=name, base_version_id=base.id if base else None,
                       **fields)
@@ -234,7 +234,7 @@ def add_backend(session: Session, model_name: str, url: str, *, version: str | N
         Backend.model_id == model.id, Backend.url == url, Backend.served_model == served))
     if duplicate is not None:
         raise ConflictError(f"backend {duplicate} already serves '{served}' at {url} for "
-                            f"model '{model_name}'", param="url", code="already_exists")
+                            f"model '{model_name}'", param="url", code=ErrorCode.ALREADY_EXISTS)
     backend = Backend(model_id=model.id, url=url, served_model=served,
                       version_id=version_row.id if version_row else None, **fields)
     session.add(backend)

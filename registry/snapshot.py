@@ -20,7 +20,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from common.vocabulary import RolloutState, SplitMode
-from registry.models import Alias, ApiKey, Backend, Model, Rollout, Team
+from registry.orm.access import ApiKey, Team
+from registry.orm.catalog import Alias, Backend, Model
+from registry.orm.rollouts import Rollout
 from registry.queries import get_snapshot_version
 from registry.serialize import as_utc
 

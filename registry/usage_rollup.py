@@ -1,6 +1,7 @@
 """Usage rollups: the per-minute `usage` buckets summed per hour and per UTC day for each
 (key, team, model), kept in step by the usage sink, so a month of usage reads ~30 daily rows
 per key and model (plus a few hourly and minute rows at the ragged ends) instead of ~43,000.
+The tables are registry.orm.usage's `UsageHourly` and `UsageDaily`.
 
     add_to_rollups(session, records)   # the same per-minute batch the sink gives record_usage
     rebuild_rollups(session)           # recompute both from `usage` (backfill, benchmarks)
@@ -13,30 +14,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import UniqueConstraint, delete, func, insert, select
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
 
 from registry.access_queries import ADDITIVE, UsageRecord
-from registry.access_models import UsageSums
-from registry.models import Base, Usage
-
-
-class _Rollup(UsageSums):
-    """A rollup row: the usage sums for the hour or UTC day that `start` opens."""
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    start: Mapped[datetime] = mapped_column(index=True)
-
-
-class UsageHourly(_Rollup, Base):
-    __tablename__ = "usage_hourly"
-    __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
-
-
-class UsageDaily(_Rollup, Base):
-    __tablename__ = "usage_daily"
-    __table_args__ = (UniqueConstraint("start", "key_id", "team", "model"),)
-
+from registry.orm.usage import Usage, UsageDaily, UsageHourly
 
 HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 ROLLUPS = ((UsageDaily, DAY), (UsageHourly, HOUR))
@@ -102,5 +84,4 @@ def rebuild_rollups(session: Session) -> dict[str, int]:
     return counts
 
 
-__all__ = ["ROLLUPS", "UsageDaily", "UsageHourly", "add_to_rollups", "floor_to",
-           "rebuild_rollups", "trunc_expr"]
+__all__ = ["ROLLUPS", "add_to_rollups", "floor_to", "rebuild_rollups", "trunc_expr"]

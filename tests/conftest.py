@@ -95,3 +95,102 @@ def running_up(work: Path, config: dict, ready_path: str = "/readyz", timeout: f
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
+
+
+# Markers (declared in pyproject.toml; `make test-fast` leaves out all four) by what a test does:
+#   slow     loads the real model (SmolLM2) in this process, in an engine process or under `up`
+#   peers    runs a real peer engine or router (vLLM, llama.cpp, vllm-router), which it may install
+#   browser  drives chromium through Playwright
+#   e2e      runs a whole `inferplane up` stack, or several of its parts as processes end to end
+#            (gateway workers, engines, control planes, Prometheus, a benchmark client)
+# A test gets a marker when it uses, directly or through other fixtures, a fixture listed under
+# it ("path::fixture", where the fixture is defined), or when its node id starts with a listed
+# prefix (a folder, a module, a test that starts the processes in its own body). Modules may
+# still mark themselves (pytestmark).
+MARKED_FIXTURES = {
+    "slow": [
+        "tests/engine_model/conftest.py::loaded",
+        "tests/engine_model/conftest.py::hf_model",
+        "tests/engine_model/test_quantization.py::int8_runner",
+        "tests/engine_lora/conftest.py::loaded",
+        "tests/engine_lora/conftest.py::peft_model",
+        "tests/engine_spec/conftest.py::loaded_fp32",
+        "tests/engine_structured/test_structured_server.py::url",
+        "tests/client_apis/conftest.py::up",
+        "tests/e2e/test_quickstart.py::stack",
+        "tests/observability/test_zero_traffic.py::quiet_stack",
+    ],
+    "peers": [
+        "tests/peers/conftest.py::peer_dirs",
+        "tests/peers/conftest.py::builtin",
+    ],
+    "browser": [
+        "tests/console/conftest.py::browser",
+    ],
+    "e2e": [
+        "tests/alerting/test_alert_delivery.py::stack",
+        "tests/client_apis/conftest.py::up",
+        "tests/console/test_console_browser.py::stack",
+        "tests/e2e/test_cold_start.py::stack",
+        "tests/e2e/test_db_outage.py::stack",
+        "tests/e2e/test_quickstart.py::stack",
+        "tests/e2e_rollouts/conftest.py::stack",
+        "tests/edges/test_connections.py::up",
+        "tests/faults/test_budget_holds.py::replicas",
+        "tests/faults/test_engine_faults.py::stack",
+        "tests/faults/test_leader_failover.py::cluster",
+        "tests/faults/test_postgres_outage.py::stack",
+        "tests/faults/test_redis_outage.py::gateways",
+        "tests/gateway/test_embeddings.py::stack",
+        "tests/gateway/test_precise_prefix.py::sims",      # 3 builtin engines streaming KV events
+        "tests/gateway/test_worker_metrics.py::gateway",    # `gateway --workers` + an engine
+        "tests/gateway/test_workers.py::gateway",
+        "tests/multi_replica/conftest.py::deployment",
+        "tests/multi_replica/test_up_workers.py::stack",
+        "tests/observability/test_live_stack.py::live_stack",
+        "tests/observability/test_prometheus_e2e.py::prometheus",   # Prometheus scraping
+        "tests/observability/test_zero_traffic.py::quiet_stack",
+    ],
+}
+MARKED_NODES = {
+    "peers": [
+        "tests/peers/",
+        "tests/bench_smoke/test_peer_benches.py::test_routing_peers_compares_strategies",
+    ],
+    "e2e": [
+        "tests/bench_smoke/test_peer_benches.py::",        # the gateway and engines as processes
+        "tests/bench_smoke/test_bench_serve.py::",         # bench/serve.py against an engine
+        "tests/bench_smoke/test_soak.py::",                # traffic through `inferplane up`
+        "tests/control_plane/test_leader.py::test_one_leads_the_other_takes_over",  # 2 control planes
+        "tests/deploy/test_gateway_drain.py::test_sigterm_lets_the_stream_in_flight_finish",
+        "tests/tiers/test_adapter_requests.py::",          # gateway -> control plane -> engine
+        "tests/tiers/test_cold_start.py::",                # the supervisor starts, stops engines
+        "tests/tiers/test_wake_api.py::",                  # a gateway wakes a model over HTTP
+    ],
+}
+
+
+def _fixture_ids(item: pytest.Item) -> set[str]:
+    """"path::name" of every fixture the test uses (the definition in force for it)."""
+    info = getattr(item, "_fixtureinfo", None)
+    ids = set()
+    for name, defs in (info.name2fixturedefs.items() if info else ()):
+        func = getattr(defs[-1], "func", None)
+        code = getattr(getattr(func, "__wrapped__", func), "__code__", None)
+        if code is not None:
+            path = Path(code.co_filename)
+            if path.is_relative_to(ROOT):
+                ids.add(f"{path.relative_to(ROOT).as_posix()}::{name}")
+    return ids
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by these markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = _fixture_ids(item)
+        for marker in ("slow", "peers", "browser", "e2e"):
+            if item.get_closest_marker(marker):
+                continue
+            if used.intersection(MARKED_FIXTURES.get(marker, ())) or any(
+                    item.nodeid.startswith(prefix) for prefix in MARKED_NODES.get(marker, ())):
+                item.add_marker(marker)

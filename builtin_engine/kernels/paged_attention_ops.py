@@ -20,8 +20,8 @@ from typing import NamedTuple
 import torch
 
 from builtin_engine.kernels import cpu_decode_attention as _registers_the_op  # noqa: F401
-from builtin_engine.kernels.cpu_prefill_attention import cpu_prefill_attention_serves
 from builtin_engine.kernels.attention import AttentionMetadata, paged_attention_torch
+from builtin_engine.kernels.cpu_prefill_attention import cpu_prefill_attention_serves
 
 
 @torch.library.custom_op("inferplane::store_kv", mutates_args=("k_cache", "v_cache"))

@@ -50,10 +50,10 @@ def load_model(config, progress: Callable[[str, float], None] | None = None) -> 
     """Build the model on config.device in config.dtype and fill it from disk (never downloads)."""
     import torch
 
-    from builtin_engine.models.llama import LlamaForCausalLM
     from builtin_engine.kernels.packed_linear import calibrate_row_cap, pack_model
-    from builtin_engine.quantization import quantize_model
-    from builtin_engine.tokenizer import load_tokenizer
+    from builtin_engine.loader.tokenizer import load_tokenizer
+    from builtin_engine.models.llama import LlamaForCausalLM
+    from builtin_engine.models.quantization import quantize_model
 
     dtype = torch_dtype(config.dtype)
     if config.device.startswith("cuda") and not torch.cuda.is_available():

@@ -15,7 +15,7 @@ from torch import nn
 
 from builtin_engine.kernels import get_ops
 from builtin_engine.kernels.attention import AttentionMetadata
-from builtin_engine.quantization import linear
+from builtin_engine.models.quantization import linear
 
 
 @dataclass

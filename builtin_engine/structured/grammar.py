@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from builtin_engine.protocol import EngineError
+from builtin_engine.errors import EngineError
 from builtin_engine.structured import tool_calls as fmt
 
 # Outputs are compact JSON with at most one space between tokens: small models otherwise

@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from common.auth.jwt_verifier import looks_like_jwt
 from common.auth.keys import hash_key
 from common.auth.principal import ROLE_RANK, Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.tracing import child_span
 from common.vocabulary import Priority, Role
@@ -41,11 +42,11 @@ def _expired(expires_at) -> bool:
 def principal_from_key(snapshot, secret: str) -> Principal:
     key = snapshot.keys.get(hash_key(secret))
     if key is None:
-        raise OpenAIError(401, "invalid API key", code="invalid_api_key")
+        raise OpenAIError(401, "invalid API key", code=ErrorCode.INVALID_API_KEY)
     if key.revoked:
-        raise OpenAIError(401, "API key has been revoked", code="invalid_api_key")
+        raise OpenAIError(401, "API key has been revoked", code=ErrorCode.INVALID_API_KEY)
     if _expired(key.expires_at):
-        raise OpenAIError(401, "API key has expired", code="invalid_api_key")
+        raise OpenAIError(401, "API key has expired", code=ErrorCode.INVALID_API_KEY)
     return Principal(key_id=str(key.key_id), name=key.name, team=key.team,
                      role=key.role or Role.USER,
                      models=_allowlist(key.models), priority=key.priority or Priority.STANDARD,
@@ -57,7 +58,7 @@ def principal_from_key(snapshot, secret: str) -> Principal:
 def principal_from_claims(claims: dict, settings) -> Principal:
     role = str(claims.get(settings.jwt.role_claim) or Role.USER)
     if role not in ROLE_RANK:
-        raise OpenAIError(403, f"token role {role!r} is not a known role", code="invalid_role")
+        raise OpenAIError(403, f"token role {role!r} is not a known role", code=ErrorCode.INVALID_ROLE)
     subject = str(claims.get("sub") or "anonymous")
     return Principal(key_id=f"jwt:{subject}", name=subject, team=claims.get(settings.jwt.team_claim),
                      role=role, models=_allowlist(claims.get(settings.jwt.models_claim)),
@@ -69,17 +70,17 @@ def bearer_token(request: Request) -> str:
     header = request.headers.get("authorization")
     if not header:
         raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <key>'",
-                          code="missing_api_key")
+                          code=ErrorCode.MISSING_API_KEY)
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise OpenAIError(401, "malformed Authorization header: expected 'Bearer <key>'",
-                          code="invalid_api_key")
+                          code=ErrorCode.INVALID_API_KEY)
     return token
 
 
 async def authenticate(request: Request) -> Principal:
-    with child_span("common.auth.authenticate"):
+    with child_span("gateway.auth"):
         principal = await _authenticate(request)
     request.state.principal = principal
     return principal
@@ -91,8 +92,9 @@ AuthPrincipal = Annotated[Principal, Depends(authenticate)]
 
 @dataclass
 class AuthContext:
-    """What authentication reads from `app.state.gateway`; a full GatewayState provides it too,
-    so an app serving only the admin API (the standalone control plane) can use this alone."""
+    """What authentication reads from `app.state.gateway`; the gateway's GatewayServices
+    provides it too, so an app serving only the admin API (the standalone control plane) can
+    use this alone."""
     snapshot_source: object
     settings: object  # GatewaySettings
     jwt: object | None = None
@@ -111,7 +113,7 @@ async def _authenticate(request: Request) -> Principal:
     token = bearer_token(request)
     if looks_like_jwt(token):
         if state.jwt is None:
-            raise OpenAIError(401, "JWT authentication is not enabled", code="invalid_api_key")
+            raise OpenAIError(401, "JWT authentication is not enabled", code=ErrorCode.INVALID_API_KEY)
         principal = principal_from_claims(await state.jwt.claims(token), state.settings)
     else:
         principal = principal_from_key(state.snapshot_source.current, token)
@@ -127,7 +129,7 @@ def require_role(*roles: str):
 
     async def _require(principal: Principal = Depends(authenticate)) -> Principal:
         if not principal.has_role(needed):
-            raise OpenAIError(403, f"this operation needs the {needed} role", code="forbidden")
+            raise OpenAIError(403, f"this operation needs the {needed} role", code=ErrorCode.FORBIDDEN)
         return principal
 
     _require.required_role = needed  # read by common.openapi_doc (x-required-role)

@@ -8,6 +8,7 @@ import jwt
 from jwt import PyJWKClient
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 
 
@@ -61,10 +62,10 @@ class JWTVerifier:
                          "verify_iss": s.issuer is not None},
             )
         except jwt.ExpiredSignatureError:
-            raise OpenAIError(401, "token expired", code="token_expired")
+            raise OpenAIError(401, "token expired", code=ErrorCode.TOKEN_EXPIRED)
         except jwt.InvalidAudienceError:
-            raise OpenAIError(401, "token audience is not accepted", code="invalid_token")
+            raise OpenAIError(401, "token audience is not accepted", code=ErrorCode.INVALID_TOKEN)
         except jwt.InvalidIssuerError:
-            raise OpenAIError(401, "token issuer is not accepted", code="invalid_token")
+            raise OpenAIError(401, "token issuer is not accepted", code=ErrorCode.INVALID_TOKEN)
         except (jwt.PyJWTError, ValueError) as exc:
-            raise OpenAIError(401, f"invalid token: {type(exc).__name__}", code="invalid_token")
+            raise OpenAIError(401, f"invalid token: {type(exc).__name__}", code=ErrorCode.INVALID_TOKEN)

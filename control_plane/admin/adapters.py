@@ -23,7 +23,7 @@ from control_plane.admin.common import (
     paginate,
     with_etag,
 )
-from registry.models import Adapter
+from registry.orm.catalog import Adapter
 from registry.queries import (
     add_adapter,
     attach_adapter,

@@ -28,7 +28,7 @@ from control_plane.admin.common import (
     with_etag,
 )
 from registry.dependents import check_alias_unused
-from registry.models import Alias, AliasHistory
+from registry.orm.catalog import Alias, AliasHistory
 from registry.queries import delete_alias, get_alias, get_model, set_alias
 
 AliasName = Annotated[str, Path(min_length=1, max_length=100)]

@@ -13,10 +13,11 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.vocabulary import Role
 from control_plane.admin.common import MAX_INT, MAX_PAGE, AdminContext, cursor_page, operator
-from registry.models import AuditLog
+from registry.orm.audit import AuditLog
 
 ADMIN_ONLY_RESOURCES = ("api_key", "team")  # the resources only admins may read
 Filter = Annotated[str | None, Query(max_length=300)]
@@ -36,7 +37,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
         if not who.has_role(Role.ADMIN):
             if resource_type in ADMIN_ONLY_RESOURCES:
                 raise OpenAIError(403, f"audit records of {resource_type} need the admin role",
-                                  param="resource_type", code="forbidden")
+                                  param="resource_type", code=ErrorCode.FORBIDDEN)
             stmt = stmt.where(AuditLog.resource_type.not_in(ADMIN_ONLY_RESOURCES))
         for column, value in ((AuditLog.resource_type, resource_type),
                               (AuditLog.resource_id, resource_id),

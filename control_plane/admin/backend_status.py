@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.vocabulary import BreakerState
 from control_plane.admin.common import AdminContext, operator
@@ -36,7 +37,7 @@ class BackendStatusList(BaseModel):
 
 def backend_status(gateway) -> list[dict]:
     book = gateway.router.book
-    breakers = gateway.traffic.breaker.states()  # a backend never tried has no breaker yet: closed
+    breakers = gateway.breaker.states()  # a backend never tried has no breaker yet: closed
     out = []
     for model in gateway.snapshot.models.values():
         for b in model.backends:
@@ -59,7 +60,7 @@ def build_router(_ctx: AdminContext | None = None) -> APIRouter:
         gateway = getattr(request.app.state, "gateway", None)
         if getattr(gateway, "router", None) is None:
             raise OpenAIError(503, "no gateway runs in this process, so no live backend status",
-                              code="no_gateway")
+                              code=ErrorCode.NO_GATEWAY)
         return {"object": "list", "data": backend_status(gateway)}
 
     return router

@@ -26,7 +26,7 @@ from control_plane.admin.common import (
     with_etag,
 )
 from control_plane.backend_allowlist import allowlist_of
-from registry.models import Backend, Model
+from registry.orm.catalog import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
 
 Command = Field(None, max_length=200, description="argv of a managed engine process")

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session
 
-from gateway.limits import period_bounds
+from common.budget_periods import period_bounds
 from registry.access_queries import spend_since
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from common import vocabulary
 from common.auth.authenticate import require_role
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError, OpenAIError, install_error_handlers
 from common.vocabulary import Role
 from control_plane.admin.db_errors import install_db_error_handlers
@@ -122,11 +123,11 @@ def expected_row_version(request: Request, body_value: int | None = None) -> int
     raw = header.strip().removeprefix("W/").strip('"')
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
         raise OpenAIError(400, f"If-Match must be a row version such as \"3\", got {header!r}",
-                          param="If-Match", code="invalid_if_match")
+                          param="If-Match", code=ErrorCode.INVALID_IF_MATCH)
     value = int(raw)
     if body_value is not None and body_value != value:
         raise OpenAIError(400, "If-Match and expected_row_version disagree",
-                          param="expected_row_version", code="invalid_if_match")
+                          param="expected_row_version", code=ErrorCode.INVALID_IF_MATCH)
     return value
 
 

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request, Response
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.orm.exc import StaleDataError
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 
 log = logging.getLogger("inferplane.admin")
@@ -28,20 +29,20 @@ log = logging.getLogger("inferplane.admin")
 
 def _stale(_: Request, exc: StaleDataError) -> Response:
     return OpenAIError(409, "the resource was modified concurrently; re-read and retry",
-                       type="conflict_error", code="row_version_mismatch").response()
+                       type="conflict_error", code=ErrorCode.ROW_VERSION_MISMATCH).response()
 
 
 def _integrity(_: Request, exc: IntegrityError) -> Response:
     # Reached when two requests race past the existence checks; the database decides.
     log.info("integrity conflict: %s", exc.orig)
     return OpenAIError(409, "conflicting concurrent change (duplicate or dangling reference); "
-                       "re-read and retry", type="conflict_error", code="conflict").response()
+                       "re-read and retry", type="conflict_error", code=ErrorCode.CONFLICT).response()
 
 
 def _operational(_: Request, exc: OperationalError) -> Response:
     log.warning("registry database error: %s", exc.orig)
     return OpenAIError(503, "registry database unavailable; retry shortly",
-                       code="database_unavailable", headers={"Retry-After": "1"}).response()
+                       code=ErrorCode.DATABASE_UNAVAILABLE, headers={"Retry-After": "1"}).response()
 
 
 def _unstorable(_: Request, exc: Exception) -> Response:
@@ -50,7 +51,7 @@ def _unstorable(_: Request, exc: Exception) -> Response:
     log.info("value refused by the database: %s", reason)
     first_line = str(reason).strip().splitlines()[0] if str(reason).strip() else "invalid"
     return OpenAIError(400, f"a value cannot be stored: {first_line[:200]}",
-                       code="invalid_value").response()
+                       code=ErrorCode.INVALID_VALUE).response()
 
 
 def _statement(request: Request, exc: StatementError) -> Response:
@@ -59,7 +60,7 @@ def _statement(request: Request, exc: StatementError) -> Response:
     if isinstance(exc.orig, (OverflowError, ValueError, TypeError)):
         return _unstorable(request, exc)
     log.error("registry statement failed", exc_info=exc)
-    return OpenAIError(500, "internal error", code="internal_error").response()
+    return OpenAIError(500, "internal error", code=ErrorCode.INTERNAL_ERROR).response()
 
 
 def install_db_error_handlers(app: FastAPI) -> None:

@@ -39,7 +39,7 @@ from registry.access_queries import (
     revoke_key,
     rotate_key,
 )
-from registry.models import ApiKey
+from registry.orm.access import ApiKey
 
 Secret = Field(None, min_length=MIN_SECRET_LEN, max_length=200, pattern=r"^[\x21-\x7e]+$",
                 description="import a known secret instead of generating one")

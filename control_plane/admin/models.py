@@ -8,7 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from common.auth.principal import Principal
-from common.vocabulary import RoutingStrategy, Tier
+from common.error_codes import ErrorCode
+from common.vocabulary import Modality, RoutingStrategy, Tier
 from control_plane.admin.common import (
     MAX_INT,
     NAME_PATTERN,
@@ -26,10 +27,9 @@ from control_plane.admin.common import (
     patch_row,
     with_etag,
 )
-from gateway.request_path.modalities import Modality
 from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
-from registry.models import Model
+from registry.orm.catalog import Model
 from registry.queries import create_model, get_model
 
 ContextLength = Field(None, gt=0, le=MAX_INT)
@@ -68,7 +68,7 @@ def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:
     missing = [f for f in fallbacks if f not in known]
     if missing:
         raise NotFoundError(f"unknown fallback model(s): {', '.join(missing)}",
-                            param="fallbacks", code="model_not_found")
+                            param="fallbacks", code=ErrorCode.MODEL_NOT_FOUND)
 
 
 def build_router(ctx: AdminContext) -> APIRouter:

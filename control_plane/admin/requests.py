@@ -17,7 +17,7 @@ from sqlalchemy import select
 from common.auth.principal import Principal
 from control_plane.admin.common import MAX_PAGE, AdminContext, cursor_page, operator
 from control_plane.admin.usage import utc
-from registry.request_log import RequestLog
+from registry.orm.request_log import RequestLog
 
 Status = Literal["ok", "error", "aborted"]
 

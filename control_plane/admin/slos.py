@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from sqlalchemy import select
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from control_plane.admin.common import (
     MAX_INT,
@@ -26,7 +27,7 @@ from control_plane.admin.common import (
     paginate,
 )
 from registry.errors import NotFoundError
-from registry.models import Slo
+from registry.orm.slos import Slo
 from registry.queries import get_model
 
 
@@ -85,7 +86,7 @@ def build_router(ctx: AdminContext, slo_tracker=None) -> APIRouter:
     @router.get("/models/{name}/error-budget")
     def error_budget(name: PathName, _: Principal = Depends(operator)):
         if slo_tracker is None:
-            raise OpenAIError(503, "no SLO tracker runs in this process", code="slo_unavailable")
+            raise OpenAIError(503, "no SLO tracker runs in this process", code=ErrorCode.SLO_UNAVAILABLE)
         with ctx.read() as session:
             get_model(session, name)
             budgets = slo_tracker.budgets(session, name)

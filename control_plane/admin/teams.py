@@ -7,6 +7,7 @@ from pydantic import Field
 from sqlalchemy import func, select
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from control_plane.admin.budget_status import budget_status
 from control_plane.admin.common import (
     NAME_PATTERN,
@@ -28,7 +29,7 @@ from control_plane.admin.common import (
 )
 from registry.access_queries import create_team, get_team
 from registry.errors import ConflictError
-from registry.models import ApiKey, Team
+from registry.orm.access import ApiKey, Team
 
 
 class TeamCreate(Body):
@@ -88,7 +89,7 @@ def build_router(ctx: AdminContext) -> APIRouter:
                 ApiKey.team == name, ApiKey.revoked_at.is_(None)))
             if keys:
                 raise ConflictError(f"team '{name}' has {keys} active key(s); move or revoke "
-                                    "them first", param="name", code="team_in_use")
+                                    "them first", param="name", code=ErrorCode.TEAM_IN_USE)
             return team
 
         return delete_row(ctx, who, "team", name, f"team '{name}'", load, request)

@@ -21,10 +21,11 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from control_plane.admin.common import AdminContext, operator
 from registry.access_queries import ADDITIVE
-from registry.models import Usage
+from registry.orm.usage import Usage
 from registry.usage_rollup import ROLLUPS, floor_to
 
 GROUPS = ("team", "key", "model", "day", "hour")
@@ -67,7 +68,7 @@ def parse_group_by(raw: str) -> list[str]:
         raise OpenAIError(400, f"group_by takes distinct comma-separated fields from "
                           f"{', '.join(GROUPS)} (day or hour, not both); got {raw!r}",
                           param="group_by",
-                          code="invalid_value")
+                          code=ErrorCode.INVALID_VALUE)
     return fields
 
 
@@ -82,12 +83,12 @@ def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime
     except OverflowError:  # year 1 or 9999 moved past the calendar by the offset or range
         raise OpenAIError(422, "since/until lie at the edge of the calendar (give both, "
                           "within years 1-9999 in UTC)", param="until",
-                          code="invalid_value") from None
+                          code=ErrorCode.INVALID_VALUE) from None
     if since >= until:
-        raise OpenAIError(422, "since must be before until", param="since", code="invalid_value")
+        raise OpenAIError(422, "since must be before until", param="since", code=ErrorCode.INVALID_VALUE)
     if until - since > MAX_RANGE:
         raise OpenAIError(422, f"the range may span at most {MAX_RANGE.days} days",
-                          param="since", code="invalid_value")
+                          param="since", code=ErrorCode.INVALID_VALUE)
     return since, until
 
 

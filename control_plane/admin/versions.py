@@ -27,7 +27,7 @@ from control_plane.admin.common import (
 )
 from registry.dependents import check_version_unused
 from registry.json_values import check_storable
-from registry.models import ModelVersion
+from registry.orm.catalog import ModelVersion
 from registry.queries import add_version, get_model, get_version
 
 # Checked before saving: a value no reader can serialise would make the row, and every audit

@@ -17,7 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
+from common.openapi_doc import openapi_body
 from control_plane.admin.common import (
     ADMIN_PREFIX,
     AdminContext,
@@ -32,9 +34,9 @@ from control_plane.admin.common import (
 from control_plane.rollouts import store
 from control_plane.rollouts import transitions as t
 from control_plane.rollouts.spec import DB_STATE, PHASES, ResumeBody, RolloutCreate
-from gateway.apis.schemas import openapi_body
 from registry.json_values import check_storable
-from registry.models import Model, Rollout
+from registry.orm.catalog import Model
+from registry.orm.rollouts import Rollout
 from registry.queries import get_model
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package
@@ -62,7 +64,7 @@ def build_rollouts_router(ctx: AdminContext, slo: SloTracker | None = None, *,
                       page: Page = PageDep, _: Principal = Depends(operator)):
         if state is not None and state not in PHASES:
             raise OpenAIError(400, f"state must be one of {', '.join(PHASES)}; got {state!r}",
-                              param="state", code="invalid_value")
+                              param="state", code=ErrorCode.INVALID_VALUE)
         with ctx.read() as session:
             stmt = select(Rollout).order_by(Rollout.id.desc())
             if model is not None:
@@ -137,12 +139,12 @@ def _validated(model, payload: dict[str, Any]):
         return model.model_validate(payload)
     except ValueError as exc:
         if not isinstance(exc, ValidationError):
-            raise OpenAIError(422, str(exc), code="invalid_value") from None
+            raise OpenAIError(422, str(exc), code=ErrorCode.INVALID_VALUE) from None
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         message = first["msg"].removeprefix("Value error, ")
         raise OpenAIError(422, f"{param}: {message}" if param else message, param=param,
-                          code="invalid_value") from None
+                          code=ErrorCode.INVALID_VALUE) from None
 
 
 def _refuse_if_budget_spent(session, slo: SloTracker, model: str) -> None:
@@ -151,7 +153,7 @@ def _refuse_if_budget_spent(session, slo: SloTracker, model: str) -> None:
         raise OpenAIError(
             409, "refusing to start a rollout: " + "; ".join(b.describe() for b in spent)
             + f" (minimum {slo.min_remaining:.0%}); pass \"force\": true to start anyway",
-            type="conflict_error", param="force", code="error_budget_exhausted")
+            type="conflict_error", param="force", code=ErrorCode.ERROR_BUDGET_EXHAUSTED)
 
 
 def include_rollout_routes(app: FastAPI, session_factory: sessionmaker[Session],

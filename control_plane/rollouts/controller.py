@@ -39,7 +39,7 @@ from control_plane.rollouts.analysis import Measurement, measure, unavailable
 from control_plane.rollouts.gauges import RolloutGauges
 from control_plane.rollouts.metrics_source import MetricsUnavailable, Scrape
 from control_plane.rollouts.verdicts import decide
-from registry.models import Rollout
+from registry.orm.rollouts import Rollout
 from registry.queries import audit, bump_snapshot_version
 
 if TYPE_CHECKING:  # slo.py reads Scrape from this package

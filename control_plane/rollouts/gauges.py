@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from registry.models import Rollout
-
+from common.metric_names import Metric
 from control_plane.rollouts.spec import PHASE_NUMBER
 from control_plane.rollouts.transitions import phase_of, status_of
+from registry.orm.rollouts import Rollout
 
 
 class RolloutGauges:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.state = Gauge(
-            "inferplane_rollout_state",
+            Metric.ROLLOUT_STATE,
             "Rollout phase: 0 pending, 1 progressing, 2 paused, 3 promoting, 4 succeeded, "
             "5 aborting, 6 rolled_back", ["model", "rollout"], registry=registry)
         self.step_started = Gauge(
-            "inferplane_rollout_step_started_timestamp_seconds",
+            Metric.ROLLOUT_STEP_STARTED,
             "Unix time the rollout's current step began", ["model", "rollout"],
             registry=registry)
 

@@ -25,12 +25,14 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-REQUESTS = "inferplane_requests_total"
-DURATION = "inferplane_request_duration_seconds"
-TTFT = "inferplane_time_to_first_token_seconds"
-SHADOW_REQUESTS = "inferplane_shadow_requests_total"
-SHADOW_DURATION = "inferplane_shadow_request_duration_seconds"
-SHADOW_TTFT = "inferplane_shadow_time_to_first_token_seconds"
+from common.metric_names import Metric
+
+REQUESTS = Metric.REQUESTS.total
+DURATION = Metric.REQUEST_DURATION
+TTFT = Metric.TIME_TO_FIRST_TOKEN
+SHADOW_REQUESTS = Metric.SHADOW_REQUESTS.total
+SHADOW_DURATION = Metric.SHADOW_REQUEST_DURATION
+SHADOW_TTFT = Metric.SHADOW_TIME_TO_FIRST_TOKEN
 HISTOGRAMS = (DURATION, TTFT, SHADOW_DURATION, SHADOW_TTFT)
 SAMPLE_NAMES = frozenset({REQUESTS, SHADOW_REQUESTS} | {
     h + part for h in HISTOGRAMS for part in ("_bucket", "_count", "_sum")})

@@ -12,13 +12,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.vocabulary import BackendState, RolloutState
 from common.vocabulary import RolloutPhase as Phase
 from control_plane.rollouts.spec import ACTIVE_PHASES, DB_STATE, RolloutCreate, split_mode
 from control_plane.rollouts.transitions import enter, phase_of, spec_of, status_of
 from registry.errors import ConflictError, NotFoundError
-from registry.models import Alias, Backend, Model, ModelVersion, Rollout
+from registry.orm.catalog import Alias, Backend, Model, ModelVersion
+from registry.orm.rollouts import Rollout
 from registry.queries import get_model
 from registry.serialize import as_utc
 
@@ -67,7 +69,7 @@ def create(session: Session, body: RolloutCreate, now: float) -> Rollout:
     if busy is not None:
         raise ConflictError(f"model '{model.name}' already has rollout {busy.id} "
                             f"({phase_of(busy)}); abort or finish it first",
-                            param="model", code="rollout_in_progress")
+                            param="model", code=ErrorCode.ROLLOUT_IN_PROGRESS)
     spec = body.model_dump(mode="json") | {"mode": split_mode(body.strategy, Phase.PENDING)}
     rollout = Rollout(model_id=model.id, from_version_id=alias.version_id,
                       to_version_id=candidate.id, spec=spec, state=RolloutState.PENDING, step=0,
@@ -91,7 +93,7 @@ def _version(session: Session, model: Model, label: str) -> ModelVersion:
 
 
 def _unprocessable(message: str, param: str) -> OpenAIError:
-    return OpenAIError(422, message, param=param, code="invalid_value")
+    return OpenAIError(422, message, param=param, code=ErrorCode.INVALID_VALUE)
 
 
 def render(rollout: Rollout, model_name: str) -> dict[str, Any]:

@@ -12,12 +12,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from common.error_codes import ErrorCode
 from common.vocabulary import RolloutPhase as Phase
 from control_plane.rollouts.analysis import Measurement
 from control_plane.rollouts.spec import DB_STATE, RolloutCreate, split_mode
 from control_plane.rollouts.verdicts import Decision
 from registry.errors import ConflictError
-from registry.models import Model, Rollout, RolloutEvent
+from registry.orm.catalog import Model
+from registry.orm.rollouts import Rollout, RolloutEvent
 from registry.queries import set_alias
 
 
@@ -127,7 +129,7 @@ def check_allowed(rollout: Rollout, action: str) -> None:
     if phase not in ALLOWED[action]:
         allowed = ", ".join(ALLOWED[action])
         raise ConflictError(f"rollout {rollout.id} is {phase}; {action} needs one of: {allowed}",
-                            param="state", code="invalid_state")
+                            param="state", code=ErrorCode.INVALID_STATE)
 
 
 __all__ = ["abort", "check_allowed", "enter", "finish", "pause", "phase_of", "promote",

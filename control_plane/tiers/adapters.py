@@ -21,6 +21,7 @@ from typing import Awaitable, Callable
 import httpx
 from sqlalchemy.orm import sessionmaker
 
+from common.error_codes import ErrorCode
 from common.vocabulary import BackendState, EngineKind
 from control_plane.tiers import store
 from control_plane.tiers.store import BackendRow, TierError
@@ -30,7 +31,7 @@ log = logging.getLogger("inferplane.tiers.adapters")
 
 
 class AdapterSlotsBusy(TierError):
-    status, code = 503, "adapter_slots_busy"
+    status, code = 503, ErrorCode.ADAPTER_SLOTS_BUSY
 
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message, retry_after=retry_after_s)
@@ -38,11 +39,11 @@ class AdapterSlotsBusy(TierError):
 
 
 class NoEngineForAdapter(TierError):
-    status, code = 503, "no_ready_backend"
+    status, code = 503, ErrorCode.NO_READY_BACKEND
 
 
 class AdapterLoadFailed(TierError):
-    status, code = 502, "adapter_load_failed"
+    status, code = 502, ErrorCode.ADAPTER_LOAD_FAILED
 
 
 @dataclass

@@ -24,6 +24,7 @@ from typing import Callable
 import httpx
 from sqlalchemy.orm import sessionmaker
 
+from common.error_codes import ErrorCode
 from common.vocabulary import BackendState, Tier
 from control_plane.bootstrap import set_backend_state
 from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor, free_port
@@ -38,15 +39,15 @@ log = logging.getLogger("inferplane.tiers")
 
 
 class NoEngineTemplate(TierError):
-    status, code = 409, "not_startable"
+    status, code = 409, ErrorCode.NOT_STARTABLE
 
 
 class EngineBudgetExhausted(TierError):
-    status, code = 503, "engine_budget_exhausted"
+    status, code = 503, ErrorCode.ENGINE_BUDGET_EXHAUSTED
 
 
 class EngineStartFailed(TierError):
-    status, code = 502, "engine_start_failed"
+    status, code = 502, ErrorCode.ENGINE_START_FAILED
 
 
 class TierManager:

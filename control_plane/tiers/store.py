@@ -10,24 +10,25 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError
 from common.vocabulary import BackendState, EngineKind
-from registry.models import Adapter, Backend, BackendAdapter, Model
+from registry.orm.catalog import Adapter, Backend, BackendAdapter, Model
 from registry.queries import attach_adapter, bump_snapshot_version, detach_adapter
 
 
 class TierError(InferplaneError):
     """A tier operation that cannot be done; `status` is the HTTP status it maps to."""
 
-    status, code = 400, "tier_error"
+    status, code = 400, ErrorCode.TIER_ERROR
 
 
 class UnknownModel(TierError):
-    status, code = 404, "model_not_found"
+    status, code = 404, ErrorCode.MODEL_NOT_FOUND
 
 
 class UnknownAdapter(TierError):
-    status, code = 404, "adapter_not_found"
+    status, code = 404, ErrorCode.ADAPTER_NOT_FOUND
 
 
 @dataclass(frozen=True)

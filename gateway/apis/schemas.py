@@ -13,6 +13,7 @@ from typing import Annotated, Literal, Union
 import orjson
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, ValidationError
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.request_path.modalities import PART_MODALITY
 
@@ -105,21 +106,21 @@ def parse_body(raw: bytes, schema: type[_Body]) -> tuple[dict, _Body]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise OpenAIError(400, f"request body is not valid JSON: {exc}", code="invalid_json")
+        raise OpenAIError(400, f"request body is not valid JSON: {exc}", code=ErrorCode.INVALID_JSON)
     if not isinstance(data, dict):
-        raise OpenAIError(400, "request body must be a JSON object", code="invalid_json")
+        raise OpenAIError(400, "request body must be a JSON object", code=ErrorCode.INVALID_JSON)
     try:  # forwarded as JSON: orjson reads more than it writes (nesting past 255 levels)
         orjson.dumps(data)
     except TypeError as exc:
         raise OpenAIError(400, f"request body cannot be forwarded: {exc}",
-                          code="invalid_json") from None
+                          code=ErrorCode.INVALID_JSON) from None
     try:
         req = schema.model_validate(data)
     except ValidationError as exc:
         first = _most_specific(exc.errors())
         param = _param(first["loc"])
         raise OpenAIError(400, f"{param}: {first['msg']}" if param else first["msg"],
-                          param=param, code="invalid_request") from None
+                          param=param, code=ErrorCode.INVALID_REQUEST) from None
     return _with_integers(data, req), req
 
 
@@ -161,32 +162,3 @@ def _with_integers(data: dict, req: _Body) -> dict:
 
 def requested_max_tokens(req: _Sampling) -> int | None:
     return getattr(req, "max_completion_tokens", None) or req.max_tokens
-
-
-def openapi_body(schema: type[BaseModel], required: bool = True) -> dict:
-    """openapi_extra documenting a body that the route parses itself (for speed and errors).
-
-    The JSON schema is inlined: pydantic's `#/$defs/...` references do not resolve inside an
-    OpenAPI document, where definitions live under #/components/schemas."""
-    return {"requestBody": {"required": required, "content": {
-        "application/json": {"schema": inline_refs(schema.model_json_schema())}}}}
-
-
-def inline_refs(schema: dict) -> dict:
-    """The schema with every local `$ref` replaced by its definition (models here are not
-    recursive) and `$defs` (and the discriminators that point into them) dropped."""
-    defs = schema.get("$defs", {})
-
-    def expand(node):
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return {**expand(defs[ref.removeprefix("#/$defs/")]), **expand(rest)}
-            # a discriminator maps tags to $refs, which are gone: the oneOf alone still holds
-            return {k: expand(v) for k, v in node.items() if k not in ("$defs", "discriminator")}
-        if isinstance(node, list):
-            return [expand(v) for v in node]
-        return node
-
-    return expand(schema)

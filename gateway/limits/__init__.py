@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import os
 
+from common.budget_periods import PERIODS, period_bounds
 from gateway.limits.base import RateLimiter
 from gateway.limits.budget import (
-    DEFAULT_HOLD_TTL_S, PERIODS, Budget, BudgetHold, InMemorySpendTracker, Prices, SpendTracker,
-    period_bounds,
+    DEFAULT_HOLD_TTL_S,
+    Budget,
+    BudgetHold,
+    InMemorySpendTracker,
+    Prices,
+    SpendTracker,
 )
 from gateway.limits.memory import InMemoryRateLimiter
 from gateway.limits.outage import FailMode

@@ -25,32 +25,13 @@ import abc
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Sequence
 
+from common.budget_periods import period_bounds
 from gateway.limits.types import Decision
 
-PERIODS = ("hour", "day", "week", "month")
 DEFAULT_HOLD_TTL_S = 900.0   # > the gateway's total request timeout plus its queue timeout
-
-
-def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
-    """[start, end) of the UTC calendar period that holds `now`; weeks start on Monday."""
-    now = now.astimezone(timezone.utc)
-    if period == "hour":
-        start = now.replace(minute=0, second=0, microsecond=0)
-        return start, start + timedelta(hours=1)
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "day":
-        return day, day + timedelta(days=1)
-    if period == "week":
-        start = day - timedelta(days=day.weekday())
-        return start, start + timedelta(days=7)
-    if period == "month":
-        start = day.replace(day=1)
-        end = (start + timedelta(days=32)).replace(day=1)
-        return start, end
-    raise ValueError(f"budget period must be one of {PERIODS}, got {period!r}")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.limits import (
     Budget,
@@ -69,11 +70,11 @@ class LimitsGate:
             hold, refused = await self.spend.reserve(budgets, prices.cost(prompt,
                                                                           max(0, tokens - prompt)))
             if refused is not None:
-                self._reject(model_view.name, refused, "budget_exceeded")
+                self._reject(model_view.name, refused, ErrorCode.BUDGET_EXCEEDED)
         decision = await self.limiter.acquire(self.limits_for(principal, snapshot), tokens)
         if not decision.allowed:
             await self.spend.settle(hold, 0.0)
-            code = "rate_limit_exceeded" if decision.reason != "too_large" else "tokens_exceeded"
+            code = ErrorCode.RATE_LIMIT_EXCEEDED if decision.reason != "too_large" else ErrorCode.TOKENS_EXCEEDED
             self._reject(model_view.name, decision, code)
         return decision, hold
 

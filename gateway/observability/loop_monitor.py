@@ -18,6 +18,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from common.metric_names import Metric
+
 SHARED_LAG_WINDOW_S = 15.0
 
 
@@ -26,11 +28,11 @@ class LoopMonitor:
                  shared: bool = False) -> None:
         self.interval_s = interval_s
         self.shared = shared
-        self.lag = Gauge("inferplane_event_loop_lag_seconds",
+        self.lag = Gauge(Metric.EVENT_LOOP_LAG,
                          "Worst lateness of a timer callback on the gateway's event loop since "
                          "the previous scrape", registry=registry,
                          multiprocess_mode="livemax")
-        self.tasks = Gauge("inferplane_event_loop_tasks", "asyncio tasks alive in the gateway",
+        self.tasks = Gauge(Metric.EVENT_LOOP_TASKS, "asyncio tasks alive in the gateway",
                            registry=registry, multiprocess_mode="livesum")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worst_lag = 0.0

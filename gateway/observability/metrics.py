@@ -23,7 +23,9 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from common.vocabulary import BreakerState  # the state codes, defined next to the enum
+from common.error_codes import UpstreamErrorKind
+from common.metric_names import NO_TEAM, NO_VERSION, Metric
+from common.vocabulary import BreakerState, Priority  # BreakerState codes: defined next to the enum
 from common.workers import MULTIPROC_ENV
 from gateway.observability.loop_monitor import LoopMonitor
 
@@ -40,14 +42,11 @@ LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 STATUS_CODES = ("200", "400", "401", "403", "404", "413", "429", "499", "500", "502", "503",
                 "504")
 TOKEN_KINDS = ("prompt", "completion")
-PRIORITIES = ("high", "standard", "batch")
+PRIORITIES = tuple(Priority)
 REJECTION_REASONS = ("rate_limit", "too_large", "budget", "unavailable", "queue_full",
                      "queue_timeout", "no_backend", "cold_start_timeout")
-UPSTREAM_ERROR_KINDS = ("connect", "timeout", "first_token_timeout", "http_4xx", "http_5xx",
-                        "protocol", "aborted", "breaker_open")
+UPSTREAM_ERROR_KINDS = tuple(UpstreamErrorKind)
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
-NO_TEAM = "none"
-NO_VERSION = "none"
 
 
 def multiprocess_dir() -> str | None:
@@ -92,70 +91,70 @@ class GatewayMetrics:
         self._series: dict[tuple[str, str], RequestSeries] = {}
         self._inflight: dict[tuple[str, str], object] = {}
         r = self._families_registry()
-        self.requests = Counter("inferplane_requests_total", "Requests by final status code",
+        self.requests = Counter(Metric.REQUESTS.total, "Requests by final status code",
                                 ["model", "version", "code"], registry=r)
         self.request_duration = Histogram(
-            "inferplane_request_duration_seconds", "End-to-end request latency",
+            Metric.REQUEST_DURATION, "End-to-end request latency",
             ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("inferplane_time_to_first_token_seconds", "Time to first token",
+        self.ttft = Histogram(Metric.TIME_TO_FIRST_TOKEN, "Time to first token",
                               ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
-        self.tpot = Histogram("inferplane_time_per_output_token_seconds",
+        self.tpot = Histogram(Metric.TIME_PER_OUTPUT_TOKEN,
                               "Mean time per output token after the first", ["model", "version"],
                               buckets=TOKEN_LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("inferplane_inter_token_latency_seconds",
+        self.itl = Histogram(Metric.INTER_TOKEN_LATENCY,
                              "Gap between streamed chunks", ["model"],
                              buckets=TOKEN_LATENCY_BUCKETS, registry=r)
-        self.tokens = Counter("inferplane_tokens_total", "Tokens by kind",
+        self.tokens = Counter(Metric.TOKENS.total, "Tokens by kind",
                               ["model", "version", "kind"], registry=r)
-        self.queue_depth = Gauge("inferplane_queue_depth", "Requests waiting for admission",
+        self.queue_depth = Gauge(Metric.QUEUE_DEPTH, "Requests waiting for admission",
                                  ["model", "priority"], registry=r,
                                  multiprocess_mode="livesum")
-        self.queue_wait = Histogram("inferplane_queue_wait_seconds", "Time spent in admission",
+        self.queue_wait = Histogram(Metric.QUEUE_WAIT, "Time spent in admission",
                                     ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
-        self.rejections = Counter("inferplane_rejections_total", "Requests refused before routing",
+        self.rejections = Counter(Metric.REJECTIONS.total, "Requests refused before routing",
                                   ["model", "reason"], registry=r)
-        self.breaker_state = Gauge("inferplane_circuit_breaker_state", BreakerState.legend(),
+        self.breaker_state = Gauge(Metric.CIRCUIT_BREAKER_STATE, BreakerState.legend(),
                                    ["backend"], registry=r,
                                    multiprocess_mode="livemax")   # codes grow with severity
-        self.routing_decisions = Counter("inferplane_routing_decisions_total", "Backend picks",
+        self.routing_decisions = Counter(Metric.ROUTING_DECISIONS.total, "Backend picks",
                                          ["model", "strategy", "backend"], registry=r)
-        self.prefix_hit_estimate = Gauge("inferplane_prefix_cache_hit_estimate",
+        self.prefix_hit_estimate = Gauge(Metric.PREFIX_CACHE_HIT_ESTIMATE,
                                          "Estimated prefix-cache hit ratio", ["model", "backend"],
                                          registry=r, multiprocess_mode="livemostrecent")
-        self.prefix_lookup_tokens = Counter("inferplane_prefix_lookup_tokens",
+        self.prefix_lookup_tokens = Counter(Metric.PREFIX_LOOKUP_TOKENS,
                                             "Prompt tokens looked up in the prefix index",
                                             ["model"], registry=r)
-        self.prefix_hit_tokens = Counter("inferplane_prefix_hit_tokens",
+        self.prefix_hit_tokens = Counter(Metric.PREFIX_HIT_TOKENS,
                                          "Prompt tokens found in the chosen backend's prefix index",
                                          ["model"], registry=r)
-        self.upstream_errors = Counter("inferplane_upstream_errors_total", "Engine failures",
+        self.upstream_errors = Counter(Metric.UPSTREAM_ERRORS.total, "Engine failures",
                                        ["model", "backend", "kind"], registry=r)
-        self.spend = Counter("inferplane_spend_usd", "Spend in USD", ["model", "team"], registry=r)
-        self.stream_resumes = Counter("inferplane_stream_resumes_total",
+        self.spend = Counter(Metric.SPEND_USD, "Spend in USD", ["model", "team"], registry=r)
+        self.stream_resumes = Counter(Metric.STREAM_RESUMES.total,
                                       "Streams continued on another backend mid-way",
                                       ["model", "kind"], registry=r)
-        self.retries = Counter("inferplane_retries_total", "Retries on another backend",
+        self.retries = Counter(Metric.RETRIES.total, "Retries on another backend",
                                ["model"], registry=r)
-        self.fallbacks = Counter("inferplane_fallbacks_total", "Requests served by a fallback",
+        self.fallbacks = Counter(Metric.FALLBACKS.total, "Requests served by a fallback",
                                  ["model"], registry=r)
-        self.inflight = Gauge("inferplane_inflight_requests", "Requests in flight",
+        self.inflight = Gauge(Metric.INFLIGHT_REQUESTS, "Requests in flight",
                               ["model", "backend"], registry=r,
                               multiprocess_mode="livesum")
-        self.shadow_requests = Counter("inferplane_shadow_requests_total", "Shadow copies sent",
+        self.shadow_requests = Counter(Metric.SHADOW_REQUESTS.total, "Shadow copies sent",
                                        ["model", "version", "outcome"], registry=r)
-        self.shadow_similarity = Histogram("inferplane_shadow_similarity",
+        self.shadow_similarity = Histogram(Metric.SHADOW_SIMILARITY,
                                            "Similarity of shadow and primary answers", ["model"],
                                            buckets=SIMILARITY_BUCKETS, registry=r)
         # The shadow side's own latency families: separate from the client-facing ones so that
         # request totals, SLOs and alerts only ever count what clients received.
         self.shadow_duration = Histogram(
-            "inferplane_shadow_request_duration_seconds", "Shadow copy end-to-end latency",
+            Metric.SHADOW_REQUEST_DURATION, "Shadow copy end-to-end latency",
             ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
         self.shadow_ttft = Histogram(
-            "inferplane_shadow_time_to_first_token_seconds", "Shadow copy time to first token",
+            Metric.SHADOW_TIME_TO_FIRST_TOKEN, "Shadow copy time to first token",
             ["model", "version"], buckets=LATENCY_BUCKETS, registry=r)
         self.shadow_length_ratio = Histogram(
-            "inferplane_shadow_length_ratio", "Shadow answer length / primary answer length",
+            Metric.SHADOW_LENGTH_RATIO, "Shadow answer length / primary answer length",
             ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
         # RSS, open fds, CPU: what a leak shows up in first. With workers: those of the worker
         # answering the scrape (process figures do not add up across processes).

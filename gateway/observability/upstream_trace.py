@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from opentelemetry import trace
 
+from common.metric_names import NO_VERSION
 from common.tracing import get_tracer
 
 
@@ -18,7 +19,7 @@ class UpstreamTrace:
         tracer = get_tracer()
         self.span = tracer.start_span("gateway.upstream", attributes={
             "inferplane.backend": backend.id, "inferplane.engine": backend.engine,
-            "inferplane.version": backend.version or "none", "inferplane.attempt": attempt})
+            "inferplane.version": backend.version or NO_VERSION, "inferplane.attempt": attempt})
         self._stream: trace.Span | None = None
         self._ended = False
 

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 
+from common.metric_names import NO_TEAM, NO_VERSION
 from common.request_context import current_request_id
 from common.tracing import current_trace_id
 from common.usage_record import UsageRecord
@@ -29,18 +30,18 @@ def account(scope) -> None:
     series = m.series(model, version)
     series.code(scope.status).inc()
     series.duration.observe(duration)
-    if scope.first_token_at is not None:
-        series.ttft.observe(scope.first_token_at - scope.started)
+    if scope.stats.first_token_at is not None:
+        series.ttft.observe(scope.stats.first_token_at - scope.started)
     prompt, completion = scope.tokens()
-    if completion > 1 and scope.first_token_at is not None and scope.last_chunk_at is not None:
-        series.tpot.observe((scope.last_chunk_at - scope.first_token_at) / (completion - 1))
+    if completion > 1 and scope.stats.first_token_at is not None and scope.stats.last_chunk_at is not None:
+        series.tpot.observe((scope.stats.last_chunk_at - scope.stats.first_token_at) / (completion - 1))
     if prompt or completion:
         series.prompt.inc(prompt)
         series.completion.inc(completion)
     cost = scope.cost(prompt, completion)
     principal = scope.principal
     if cost:
-        m.spend.labels(model, principal.team or "none").inc(cost)
+        m.spend.labels(model, principal.team or NO_TEAM).inc(cost)
     status = "ok" if scope.status < 400 else (
         "aborted" if scope.status == CLIENT_CLOSED else "error")
     if log.isEnabledFor(logging.INFO):   # the line's fields are not built when it is off
@@ -50,10 +51,10 @@ def account(scope) -> None:
             "tokens": prompt + completion, "latency_ms": round(duration * 1000, 1)})
     services.emit_usage(UsageRecord(
         request_id=current_request_id() or uuid.uuid4().hex, key_id=principal.key_id,
-        team=principal.team, model=model, version=None if version == "none" else version,
+        team=principal.team, model=model, version=None if version == NO_VERSION else version,
         backend=backend.id if backend is not None else None, prompt_tokens=prompt,
         completion_tokens=completion, cost_usd=cost, latency_ms=duration * 1000,
-        ttft_ms=None if scope.first_token_at is None else
-        (scope.first_token_at - scope.started) * 1000,
+        ttft_ms=None if scope.stats.first_token_at is None else
+        (scope.stats.first_token_at - scope.started) * 1000,
         status=status, http_status=scope.status, stream=scope.stream,
         trace_id=current_trace_id()))

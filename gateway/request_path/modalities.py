@@ -10,11 +10,9 @@ from a model that silently never saw it.
 """
 from __future__ import annotations
 
-from typing import Literal
-
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 
-Modality = Literal["text", "image", "audio", "file", "video"]
 TEXT_ONLY: tuple[str, ...] = ("text",)
 
 # OpenAI's content part types (and vLLM's extensions) → the modality each needs
@@ -32,12 +30,12 @@ def check_content(protocol, body: dict, model_view) -> None:
     if needed is None:
         raise OpenAIError(400, f"messages[{i}].content[{j}]: unknown content part type "
                           f"{part_type!r}", param=f"messages[{i}].content[{j}].type",
-                          code="invalid_content_type")
+                          code=ErrorCode.INVALID_CONTENT_TYPE)
     declared = _declared(model_view)
     raise OpenAIError(400, f"model '{model_view.name}' does not accept {needed} input "
                       f"(messages[{i}].content[{j}] is of type {part_type!r}; the model accepts "
                       f"{', '.join(declared)})", param=f"messages[{i}].content[{j}]",
-                      code="unsupported_content_type")
+                      code=ErrorCode.UNSUPPORTED_CONTENT_TYPE)
 
 
 def accepts(protocol, body: dict, model_view) -> bool:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, replace
 from fastapi import Request
 from fastapi.responses import Response
 
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError, OpenAIError
+from common.metric_names import NO_VERSION
 from common.tracing import child_span
 from common.vocabulary import BackendState, Priority, Tier
 from gateway.apis.endpoint import Endpoint, ParsedRequest
@@ -31,10 +33,11 @@ from gateway.request_path.proxy import Call, ClientGone, dispatch, has_candidate
 from gateway.request_path.request_scope import RequestScope
 from gateway.request_path.resolve import check_access, choose_version, resolve_model
 from gateway.routing import RouteContext
-from gateway.routing.precise import tokenize_for_routing
+from gateway.routing.precise import engine_token_count, tokenize_for_routing
 from gateway.services import GatewayServices
 from gateway.traffic.admission import QueueFull, QueueTimeout
 from gateway.traffic.shadow import start_shadows
+from registry.snapshot import ModelView, RoutingSnapshot
 
 log = logging.getLogger("inferplane.gateway")
 PRIORITIES = frozenset(Priority)
@@ -43,8 +46,8 @@ PRIORITIES = frozenset(Priority)
 @dataclass(slots=True)
 class Target:
     """The resolve stage's hand-off: the model serving the request and what pins it."""
-    snapshot: object
-    model_view: object
+    snapshot: RoutingSnapshot
+    model_view: ModelView
     version: str | None     # pinned by an alias, else chosen by the split stage
     adapter: str | None     # LoRA adapter named by "<model>:<adapter>"
 
@@ -76,6 +79,20 @@ async def handle(request: Request, principal, endpoint: Endpoint) -> Response:
         raise
 
 
+async def count_tokens(request: Request, principal, endpoint: Endpoint) -> int:
+    """The prompt's length in the model's tokens, through the stages a request takes up to
+    its limits: read, parse, resolve, access; then the engine's count (one ready backend's
+    /tokenize) or, where no engine can tokenize, the limits' estimate. Nothing is reserved."""
+    services: GatewayServices = request.app.state.gateway
+    parsed = endpoint.parse(await _read_body(request, services))
+    target = resolve(services, parsed)
+    check_access(principal, parsed.model, target.model_view)
+    tokens = await engine_token_count(services, endpoint.protocol, target.model_view, parsed.body)
+    if tokens is None:
+        tokens = endpoint.protocol.prompt_tokens(services.limits.estimator, parsed.body)
+    return tokens
+
+
 def _internal_error(endpoint: Endpoint) -> Response:
     """A bug in a stage: logged with its traceback, answered as a 500 in the API's shape."""
     log.exception("unhandled error in the %s pipeline", endpoint.name)
@@ -85,7 +102,7 @@ def _internal_error(endpoint: Endpoint) -> Response:
 async def _read_body(request: Request, services: GatewayServices) -> bytes:
     raw = await request.body()
     if len(raw) > services.settings.max_body_bytes:
-        raise OpenAIError(413, "request body too large", code="body_too_large")
+        raise OpenAIError(413, "request body too large", code=ErrorCode.BODY_TOO_LARGE)
     return raw
 
 
@@ -98,13 +115,13 @@ def resolve(services: GatewayServices, parsed: ParsedRequest) -> Target:
 def _validate(parsed: ParsedRequest, model_view) -> None:
     if parsed.n > 1:
         raise OpenAIError(400, "n > 1 is not supported: send n separate requests", param="n",
-                          code="unsupported_value")
+                          code=ErrorCode.UNSUPPORTED_VALUE)
     max_tokens = parsed.max_tokens
     context = model_view.context_length
     if max_tokens is not None and context and max_tokens > context:
         param = parsed.max_tokens_param
         raise OpenAIError(400, f"{param}={max_tokens} exceeds the model's context length "
-                          f"({context} tokens)", param=param, code="context_length_exceeded")
+                          f"({context} tokens)", param=param, code=ErrorCode.CONTEXT_LENGTH_EXCEEDED)
 
 
 async def limit(services: GatewayServices, principal, endpoint: Endpoint,
@@ -123,7 +140,7 @@ async def limit(services: GatewayServices, principal, endpoint: Endpoint,
             decision, hold = await gate.admit(principal, target.snapshot, model_view,
                                               prompt_tokens, parsed.max_tokens)
     except InferplaneError as exc:   # refused before the scope exists: still a client answer
-        services.metrics.requests.labels(parsed.model, "none", str(exc.status)).inc()
+        services.metrics.requests.labels(parsed.model, NO_VERSION, str(exc.status)).inc()
         raise
     scope = RequestScope(services, principal, endpoint, parsed, started, prompt_tokens)
     scope.hold_limits(gate, decision, hold)
@@ -142,7 +159,7 @@ async def _serve(request: Request, services: GatewayServices, scope: RequestScop
     # any backend is bound (its breaker open, no ready backend, queue full) is that version's
     # failure. Labelled "none", a failing canary's refusals would vanish from its metrics.
     version = target.version or choose_version(model_view, session)
-    scope.version = version or "none"
+    scope.version = version or NO_VERSION
     model_view = await _ready_backends(services, call, model_view, version)
     with child_span("gateway.queue"):
         await _admit(services, scope, model_view, scope.prompt_estimate + (parsed.max_tokens
@@ -179,7 +196,7 @@ async def _ready_backends(services: GatewayServices, call: Call, model_view, ver
         raise _cold_start_timeout(services, requested, budget)
     services.metrics.rejections.labels(requested, "no_backend").inc()
     raise OpenAIError(503, f"no ready backend for model '{requested}'",
-                      code="no_ready_backend")
+                      code=ErrorCode.NO_READY_BACKEND)
 
 
 async def _load_adapter(services: GatewayServices, call: Call, model_view, version):
@@ -217,7 +234,7 @@ def _held_at(model_view, url: str, adapter: str):
 def _cold_start_timeout(services: GatewayServices, requested: str, budget: float) -> OpenAIError:
     services.metrics.rejections.labels(requested, "cold_start_timeout").inc()
     return OpenAIError(503, f"model '{requested}' did not start within {budget:.0f}s",
-                       code="cold_start_timeout", headers={"Retry-After": "5"})
+                       code=ErrorCode.COLD_START_TIMEOUT, headers={"Retry-After": "5"})
 
 
 async def _admit(services: GatewayServices, scope: RequestScope, model_view, cost: int) -> None:
@@ -229,9 +246,9 @@ async def _admit(services: GatewayServices, scope: RequestScope, model_view, cos
         await scope.admit(pool, principal.team or principal.key_id, priority, max(1, cost))
     except QueueFull as exc:
         raise OpenAIError(429, f"too many queued requests for '{scope.requested}'",
-                          type="rate_limit_error", code="queue_full",
+                          type="rate_limit_error", code=ErrorCode.QUEUE_FULL,
                           headers={"retry-after": str(max(1, round(exc.retry_after)))})
     except QueueTimeout as exc:
         raise OpenAIError(503, f"timed out waiting for capacity on '{scope.requested}'",
-                          code="queue_timeout",
+                          code=ErrorCode.QUEUE_TIMEOUT,
                           headers={"retry-after": str(max(1, round(exc.retry_after)))})

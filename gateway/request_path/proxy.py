@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import Response
 
+from common.error_codes import ErrorCode, UpstreamErrorKind
 from common.errors import OpenAIError, error_from_upstream
 from common.tracing import child_span
 from engine_adapter.base import EngineError
@@ -96,8 +97,8 @@ async def dispatch(request: Request, services: GatewayServices, call: Call, mode
     if last_error is None:
         m.rejections.labels(requested, "no_backend").inc()
         raise OpenAIError(503, f"no ready backend for model '{requested}'",
-                          code="no_ready_backend")
-    status = 504 if last_error.kind in ("timeout", "first_token_timeout") else 502
+                          code=ErrorCode.NO_READY_BACKEND)
+    status = 504 if last_error.kind in (UpstreamErrorKind.TIMEOUT, UpstreamErrorKind.FIRST_TOKEN_TIMEOUT) else 502
     raise OpenAIError(status, f"all backends failed: {last_error.message}",
                       code=last_error.kind)
 
@@ -118,7 +119,7 @@ async def _call_backend(services: GatewayServices, call: Call, model_view, backe
     the scope); the engine's result, or EngineError."""
     permit = services.breaker.get(backend.id).try_acquire()
     if permit is None:  # lost the race for a half-open probe
-        raise EngineError("breaker_open", f"backend {backend.id} is not accepting requests")
+        raise EngineError(UpstreamErrorKind.BREAKER_OPEN, f"backend {backend.id} is not accepting requests")
     adapter = services.adapters.get(backend)
     upstream = call.protocol.upstream_body(body, call.adapter or backend.served_model,
                                            call.parsed.stream)
@@ -155,7 +156,7 @@ async def _try_backend(request: Request, services: GatewayServices, call: Call, 
     if call.parsed.stream:
         scope.upstream.streaming()
         scope.upstream_ok()   # the engine produced a first token: count it healthy
-        scope.first_token()
+        scope.stats.first_token()
         scope.engine_stream = result
         resume = None
         if may_resume(services.settings.resume_streams, call.protocol, call.body):

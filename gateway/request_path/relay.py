@@ -19,6 +19,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 import orjson
 
+from common.error_codes import UpstreamErrorKind
 from engine_adapter.base import EngineError, EngineStream
 from gateway.request_path.accounting import CLIENT_CLOSED, estimate_tokens
 from gateway.request_path.eager import start_eagerly
@@ -94,10 +95,10 @@ class _Relay:
             if event is None:
                 return None
         else:
-            if self.sent is not None or scope.text_parts is not None:
+            if self.sent is not None or scope.stats.text_parts is not None:
                 if self._text(payload(event), event) is None:
                     return None
-            scope.chunk()
+            scope.stats.chunk()
         if self.rename is not None:
             event = event.replace(self.rename[0], self.rename[1], 1)
         return event
@@ -110,8 +111,8 @@ class _Relay:
         if self.sent is not None and text:
             self.sent.append(text)
             self.sent_tokens += 1
-        if self.scope.text_parts is not None:
-            self.scope.text_parts.append(text)
+        if self.scope.stats.text_parts is not None:
+            self.scope.stats.text_parts.append(text)
         return text
 
     def _translated(self, event: bytes) -> bytes | None:
@@ -130,7 +131,7 @@ class _Relay:
         elif self._text(data, event) is None:
             return None
         else:
-            self.scope.chunk()
+            self.scope.stats.chunk()
         return self.events.chunk(data) or None
 
     def _account_usage(self, data: dict, usage: dict) -> dict:
@@ -140,7 +141,7 @@ class _Relay:
                                                   - self.carried),
                          completion_tokens=(usage.get("completion_tokens") or 0) + self.carried)
             data["usage"] = usage
-        self.scope.usage(usage)
+        self.scope.stats.usage(usage)
         self.usage = usage
         return usage
 
@@ -193,7 +194,7 @@ async def _batches(stream: EngineStream, relay: _Relay) -> AsyncIterator[bytes]:
             return
         if batch:
             yield batch[0] if len(batch) == 1 else b"".join(batch)
-    raise EngineError("protocol", "upstream stream ended before [DONE]")
+    raise EngineError(UpstreamErrorKind.PROTOCOL, "upstream stream ended before [DONE]")
 
 
 Resume = Callable[[str, int, EngineError],
@@ -254,15 +255,15 @@ def _close_later(stream: EngineStream) -> None:
 def finish_json(result: dict, scope, result_text) -> bytes:
     """The non-streaming body: usage always present, in the endpoint's client shape."""
     usage = result.get("usage")
-    if not isinstance(usage, dict) or scope.text_parts is not None:
+    if not isinstance(usage, dict) or scope.stats.text_parts is not None:
         text = result_text(result)
-        if scope.text_parts is not None:
-            scope.text_parts.append(text)
+        if scope.stats.text_parts is not None:
+            scope.stats.text_parts.append(text)
         if not isinstance(usage, dict):
             prompt = scope.prompt_estimate
             completion = estimate_tokens(text)
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
             result["usage"] = usage
-    scope.usage(usage)
+    scope.stats.usage(usage)
     return orjson.dumps(scope.endpoint.from_engine(result, scope.parsed))

@@ -13,23 +13,23 @@ in reverse order:
     await scope.close(200)                     # or 5xx / 499: metrics, usage row, all released
 
 Pushing the accounting callback first means it runs last, once every resource is free.
-The exit list is what contextlib's AsyncExitStack does, without its per-callback wrappers
-(a few percent of the gateway's CPU per request): every exit runs even when one before it
-raises, and the first error is raised once all have run.
+The exits live in an `ExitLedger` (exit_ledger.py); what the answer measured on its way out
+(chunk timings, engine usage, the text a shadow compares) in `scope.stats`, a `StreamStats`
+(stream_stats.py).
 """
 from __future__ import annotations
 
-import time
-
+from common.metric_names import NO_VERSION
 from gateway.request_path.accounting import account
+from gateway.request_path.exit_ledger import ExitLedger
+from gateway.request_path.stream_stats import StreamStats
 
 
 class RequestScope:
     __slots__ = ("services", "principal", "endpoint", "parsed", "requested", "stream",
-                 "started", "prompt_estimate", "model_view", "backend", "version",
-                 "first_token_at", "last_chunk_at", "chunks", "_itl", "prompt_tokens",
-                 "completion_tokens", "status", "permit", "ticket", "upstream", "text_parts",
-                 "last_backend", "engine_stream", "_exits", "_closed", "_backends_held")
+                 "started", "prompt_estimate", "model_view", "backend", "version", "stats",
+                 "status", "permit", "ticket", "upstream", "last_backend", "engine_stream",
+                 "_exits", "_closed", "_backends_held")
 
     def __init__(self, services, principal, endpoint, parsed, started: float,
                  prompt_estimate: int):
@@ -44,27 +44,22 @@ class RequestScope:
         self.model_view = None
         self.backend = None
         self.last_backend = None   # the backend serving at close (the usage row names it)
-        self.version = "none"
-        self.first_token_at: float | None = None
-        self.last_chunk_at: float | None = None
-        self.chunks = 0
-        self._itl = None       # the ITL histogram of this model, looked up once per stream
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
+        self.version = NO_VERSION
+        self.stats = StreamStats(lambda: services.metrics.itl.labels(self.requested))
         self.status = 200
         self.permit = None     # breaker permit of the current backend
         self.ticket = None     # admission ticket
         self.upstream = None   # UpstreamTrace of the current engine call
         self.engine_stream = None  # the EngineStream being relayed (aborted at close)
-        self.text_parts: list[str] | None = None  # the answer, kept only when compared
         self._closed = False
         self._backends_held = False
-        self._exits: list[tuple] = [(account, (self,), False)]   # (call, args, awaited), reversed
+        self._exits = ExitLedger()
+        self._exits.push(account, self)
 
     # -- resources -----------------------------------------------------------
     def hold_limits(self, gate, decision, hold) -> None:
         """The rate-limit reservation and budget hold, settled with the real usage at close."""
-        self._exits.append((self._settle_limits, (gate, decision, hold), False))
+        self._exits.push(self._settle_limits, gate, decision, hold)
 
     def _settle_limits(self, gate, decision, hold) -> None:
         prompt, completion = self.tokens()
@@ -74,24 +69,24 @@ class RequestScope:
         """Wait for an admission slot (QueueFull / QueueTimeout propagate); released at close."""
         admission = pool.admit(tenant=tenant, priority=priority, cost=cost)
         self.ticket = await admission.__aenter__()
-        self._exits.append((admission.__aexit__, (None, None, None), True))
+        self._exits.push_awaited(admission.__aexit__, None, None, None)
 
     def on_close(self, callback, *args) -> None:
         """Run `callback(*args)` at close, before the admission slot and limits are let go."""
-        self._exits.append((callback, args, False))
+        self._exits.push(callback, *args)
 
     def hold_backends(self) -> None:
         """From now on the scope may hold a backend (permit, in-flight count, trace span)."""
         if not self._backends_held:
             self._backends_held = True
-            self._exits.append((self._release_backend, (), False))
-            self._exits.append((self._abort_stream, (), True))
+            self._exits.push(self._release_backend)
+            self._exits.push_awaited(self._abort_stream)
 
     def bind(self, model_view, backend, permit) -> None:
         """The request now runs on `backend`: count it in flight there."""
         self.model_view = model_view
         self.backend = backend
-        self.version = backend.version or "none"
+        self.version = backend.version or NO_VERSION
         self.permit = permit
         s = self.services
         s.router.book.acquire(backend.id)
@@ -112,7 +107,7 @@ class RequestScope:
             self.permit = None
         self.unbind()
         if self.upstream is not None:
-            self.upstream.end(self.status, self.chunks if self.stream else None)
+            self.upstream.end(self.status, self.stats.chunks if self.stream else None)
 
     async def _abort_stream(self) -> None:
         stream, self.engine_stream = self.engine_stream, None
@@ -131,45 +126,7 @@ class RequestScope:
         if status is not None:
             self.status = status
         self.last_backend = self.backend
-        exits, error = self._exits, None
-        while exits:
-            call, args, awaited = exits.pop()
-            try:
-                if awaited:
-                    await call(*args)
-                else:
-                    call(*args)
-            except BaseException as exc:   # the rest is released all the same
-                error = error or exc
-        if error is not None:
-            raise error
-
-    # -- streaming timings ---------------------------------------------------
-    def first_token(self) -> None:
-        self.first_token_at = self.last_chunk_at = time.perf_counter()
-        self.chunks = 1
-
-    def chunk(self) -> None:
-        now = time.perf_counter()
-        if self.last_chunk_at is not None:
-            if self._itl is None:
-                self._itl = self.services.metrics.itl.labels(self.requested)
-            self._itl.observe(now - self.last_chunk_at)
-        self.last_chunk_at = now
-        self.chunks += 1
-
-    def usage(self, usage: dict | None) -> None:
-        if isinstance(usage, dict):
-            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            self.completion_tokens = int(usage.get("completion_tokens") or 0)
-
-    def collect_text(self) -> None:
-        """Keep the answer's text (a shadow copy compares against it)."""
-        if self.text_parts is None:
-            self.text_parts = []
-
-    def text(self) -> str | None:
-        return None if self.text_parts is None else "".join(self.text_parts)
+        await self._exits.close()
 
     # -- outcome -------------------------------------------------------------
     def upstream_error(self, backend, kind: str) -> None:
@@ -187,11 +144,7 @@ class RequestScope:
 
     def tokens(self) -> tuple[int, int]:
         """Engine-reported usage; estimates when the engine reported none."""
-        if self.prompt_tokens is not None:
-            return self.prompt_tokens, self.completion_tokens or 0
-        if self.status >= 400 and self.first_token_at is None:
-            return 0, 0
-        return self.prompt_estimate, max(0, self.chunks - 1) if self.stream else 0
+        return self.stats.tokens(self.prompt_estimate, self.status >= 400, self.stream)
 
     def cost(self, prompt: int, completion: int) -> float:
         mv = self.model_view

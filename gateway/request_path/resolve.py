@@ -1,6 +1,7 @@
 """From the client's `model` string to what serves it: model, pinned version, LoRA adapter."""
 from __future__ import annotations
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.traffic.splits import choose
 
@@ -39,7 +40,7 @@ def fallback_views(snapshot, model_view, principal) -> list:
 
 def model_not_found(requested: str) -> OpenAIError:
     return OpenAIError(404, f"The model '{requested}' does not exist or you do not have access "
-                       "to it.", param="model", code="model_not_found")
+                       "to it.", param="model", code=ErrorCode.MODEL_NOT_FOUND)
 
 
 def choose_version(model_view, sticky_key: str | None) -> str | None:

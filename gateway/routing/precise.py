@@ -55,3 +55,22 @@ async def tokenize_for_routing(state, call, model_view, backends) -> bool:
         tokens = None
     call.ctx.token_ids = tokens
     return tokens is not None
+
+
+async def engine_token_count(state, protocol, model_view, body: dict) -> int | None:
+    """The prompt's length in the model's tokens, from one of two ready backends' /tokenize;
+    None when neither answers in time (or the protocol has nothing to tokenize)."""
+    for backend in state.router.candidates(model_view.backends)[:2]:
+        request = protocol.tokenize_body(body, backend.served_model)
+        if request is None:
+            return None
+        if isinstance(request, list):   # already token ids
+            return len(request)
+        try:
+            async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+                tokens = await state.adapters.get(backend).tokenize(request)
+        except TimeoutError:    # a slow engine: the next one, or the estimate
+            tokens = None
+        if tokens is not None:
+            return len(tokens)
+    return None

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError
 from common.vocabulary import BackendState, RoutingStrategy
 from gateway.routing.load_book import LoadBook
@@ -29,7 +30,7 @@ ROUTABLE_STATES = frozenset({BackendState.READY})
 class NoBackend(InferplaneError):
     """No backend of the model may take the request (none ready, breakers open, all full)."""
 
-    status, code = 503, "no_ready_backend"
+    status, code = 503, ErrorCode.NO_READY_BACKEND
 
 
 class Router:

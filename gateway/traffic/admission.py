@@ -33,6 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Mapping
 
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError
 from common.vocabulary import Priority
 
@@ -50,13 +51,13 @@ class AdmissionRejected(InferplaneError):
 class QueueFull(AdmissionRejected):
     """The pool's queue is at max_queue: 429 with Retry-After."""
 
-    status, code = 429, "queue_full"
+    status, code = 429, ErrorCode.QUEUE_FULL
 
 
 class QueueTimeout(AdmissionRejected):
     """Waited queue_timeout_s without a slot: 503 with Retry-After."""
 
-    status, code = 503, "queue_timeout"
+    status, code = 503, ErrorCode.QUEUE_TIMEOUT
 
 
 @dataclass

@@ -20,7 +20,7 @@ Where the request path calls it (gateway/request_path/proxy.py, `proxy_request`)
    request names an adapter no ready backend holds),
    `ok = await state.cold_starter.ensure_backend(model_view.name, budget_s, adapter=adapter)`;
    on True re-read `snapshot = state.snapshot`, re-resolve `model_view` from it and continue to
-   admission; on False raise the 503 (`code="cold_start_timeout"`, with a Retry-After). Use
+   admission; on False raise the 503 (`code=ErrorCode.COLD_START_TIMEOUT`, with a Retry-After). Use
    the gateway's cold-start budget setting for `budget_s` (e.g. 60 s; the queue timeout should
    not start counting until this returns).
 `ensure_backend` never raises for an unstartable model: it logs why and returns False.
@@ -43,13 +43,15 @@ from typing import Protocol
 
 import httpx
 
+from common.error_codes import ErrorCode
 from common.errors import InferplaneError
 from common.vocabulary import BackendState
 
 log = logging.getLogger("inferplane.coldstart")
 
 POLL_S = 0.05
-ADAPTER_REFUSALS = frozenset({"adapter_slots_busy", "adapter_load_failed", "adapter_not_found"})
+ADAPTER_REFUSALS = frozenset({ErrorCode.ADAPTER_SLOTS_BUSY, ErrorCode.ADAPTER_LOAD_FAILED,
+                              ErrorCode.ADAPTER_NOT_FOUND})
 
 
 class ColdStarter(Protocol):

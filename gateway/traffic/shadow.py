@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 
+from common.error_codes import UpstreamErrorKind
 from engine_adapter.base import EngineError
 from gateway.request_path.relay import is_done, payload
 from gateway.request_path.resolve import shadow_versions
@@ -45,14 +46,14 @@ def start_shadows(state, call, model_view, serving_version: str | None,
             state.metrics.shadow_requests.labels(model_view.name, split.version, "dropped").inc()
             continue
         started += 1
-        call.scope.collect_text()
+        call.scope.stats.collect_text()
         call.scope.on_close(_report_primary, call.scope, handle)
     return started
 
 
 def _report_primary(scope, handle) -> None:
     """The primary's answer (None when it failed) for the copy to be compared against."""
-    handle.set_primary(scope.text() if scope.status < 400 else None,
+    handle.set_primary(scope.stats.text() if scope.status < 400 else None,
                        time.perf_counter() - scope.started)
 
 
@@ -67,7 +68,7 @@ async def send_copy(state, call, model_view, version: str) -> ShadowReply:
     """Stream one copy to the least loaded ready backend of `version`; its text and TTFT."""
     candidates = state.router.candidates(model_view.backends_for(version))
     if not candidates:
-        raise EngineError("connect", f"no ready backend for shadow version {version!r}")
+        raise EngineError(UpstreamErrorKind.CONNECT, f"no ready backend for shadow version {version!r}")
     backend = least_loaded(candidates, state.router.book)
     adapter = state.adapters.get(backend)
     started = time.perf_counter()
@@ -88,11 +89,11 @@ async def _read_reply(stream, started: float, delta_text) -> ShadowReply:
                 return ShadowReply("".join(parts), ttft)
             data = payload(event)
             if data is not None and "error" in data:
-                raise EngineError("protocol", f"shadow stream failed: {data['error']}")
+                raise EngineError(UpstreamErrorKind.PROTOCOL, f"shadow stream failed: {data['error']}")
             text = delta_text(data)
             if text:
                 ttft = time.perf_counter() - started if ttft is None else ttft
                 parts.append(text)
     finally:
         await stream.aclose()
-    raise EngineError("protocol", "shadow stream ended before [DONE]")
+    raise EngineError(UpstreamErrorKind.PROTOCOL, "shadow stream ended before [DONE]")

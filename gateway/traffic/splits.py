@@ -32,7 +32,7 @@ from typing import Awaitable, Callable, Mapping
 
 import xxhash
 
-log = logging.getLogger("gateway.traffic.splits")
+log = logging.getLogger("gateway.splits")
 _SIMILARITY_MAX_CHARS = 4000      # difflib is quadratic; compare a bounded prefix
 
 

@@ -18,8 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.alerting.monitoring import (alertmanager_config, fast_rules, running_alertmanager,
-                                       running_prometheus)
+from common.metric_names import Metric
+from tests.alerting.monitoring import (
+    alertmanager_config,
+    fast_rules,
+    running_alertmanager,
+    running_prometheus,
+)
 from tests.alerting.webhook_receiver import WebhookReceiver, alerts_in
 from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
 from tests.observability.test_prometheus_e2e import wait_for_samples
@@ -131,7 +136,7 @@ def test_error_burst_pages_for_the_budget_burn(stack, alerting, fake_engine):
     delivered = {a["labels"]["alertname"] for n in hook.notifications for a in n["alerts"]}
     assert not slow & delivered
     # The cause goes to the ticket queue, naming the backend the gateway routed to.
-    picks = wait_for_samples(prom, f'inferplane_routing_decisions_total{{model="{FLAKY}"}} > 0')
+    picks = wait_for_samples(prom, f'{Metric.ROUTING_DECISIONS.total}{{model="{FLAKY}"}} > 0')
     (backend,) = {sample["metric"]["backend"] for sample in picks}  # its one backend
     ticket = hook.wait_for(firing("InferplaneBackendErrors", model=FLAKY, backend=backend), 30)
     assert ticket["receiver"] == "tickets"

@@ -10,7 +10,8 @@ import pytest
 from common.usage_record import UsageRecord
 from control_plane.usage_sink import sql_usage_writer
 from registry import queries as q
-from registry.usage_rollup import UsageDaily, UsageHourly, rebuild_rollups
+from registry.orm.usage import UsageDaily, UsageHourly
+from registry.usage_rollup import rebuild_rollups
 
 # Two days ago at 10:00 UTC: inside the request log's retention, and on a day boundary we know.
 DAY0 = (datetime.now(timezone.utc) - timedelta(days=2)).replace(hour=0, minute=0, second=0,
@@ -158,8 +159,7 @@ def test_hours_and_days_are_utc_whatever_the_session_time_zone(pg_url):
     from control_plane.admin.usage import usage_report
     from registry.db import make_session_factory
     from registry.migrate import upgrade
-    from registry.models import Usage
-
+    from registry.orm.usage import Usage
     upgrade(pg_url, progress=None)
     sessions = make_session_factory(pg_url, connect_args={"options": "-c timezone=Asia/Kolkata"})
     late = datetime(2026, 11, 3, 23, 50, tzinfo=timezone.utc)

@@ -112,7 +112,7 @@ async def test_team_crud(env):
 async def test_key_and_team_views_report_the_current_period_spend(env):
     from datetime import datetime, timedelta, timezone
 
-    from gateway.limits import period_bounds
+    from common.budget_periods import period_bounds
     from registry.access_queries import UsageRecord, record_usage
 
     h = env.auth("admin")

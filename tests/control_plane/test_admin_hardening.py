@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
-from registry.models import AuditLog, ModelVersion
+from registry.orm.audit import AuditLog
+from registry.orm.catalog import ModelVersion
 
 OP = "operator"
 BIG = 2**70

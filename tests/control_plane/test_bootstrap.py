@@ -8,7 +8,7 @@ from control_plane.bootstrap import register_models
 from control_plane.settings import Settings
 from registry.db import make_session_factory
 from registry.migrate import upgrade
-from registry.models import Backend
+from registry.orm.catalog import Backend
 
 
 def test_hot_engines_of_each_kind_are_returned_and_recorded(sqlite_url):

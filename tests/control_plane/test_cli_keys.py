@@ -8,7 +8,7 @@ import yaml
 from sqlalchemy import select
 
 from registry.db import make_session_factory
-from registry.models import ApiKey
+from registry.orm.access import ApiKey
 from tests.conftest import ROOT
 
 

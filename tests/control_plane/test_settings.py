@@ -30,9 +30,9 @@ def refusal(tmp_path, config: dict) -> str:
 
 @pytest.mark.parametrize("config,path", [
     ({"gateway": {"routing": {"strategyy": "p2c"}}}, "gateway.routing.strategyy"),
-    ({"gateway": {"admission": {"queue_sizee": 3}}}, "gateway.traffic.admission.queue_sizee"),
+    ({"gateway": {"admission": {"queue_sizee": 3}}}, "gateway.admission.queue_sizee"),
     ({"gateway": {"limits": {"fail_mod": "fail_open"}}}, "gateway.limits.fail_mod"),
-    ({"gateway": {"tracing": {"otlp": "http://x"}}}, "common.tracing.otlp"),
+    ({"gateway": {"tracing": {"otlp": "http://x"}}}, "gateway.tracing.otlp"),
     ({"gateway": {"retriez": 1}}, "gateway.retriez"),
     ({"routing": {"prefix_block_char": 64}}, "routing.prefix_block_char"),
     ({"tiers": {"idle_ss": 30}}, "tiers.idle_ss"),

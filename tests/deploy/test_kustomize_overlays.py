@@ -14,12 +14,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from common.metric_names import Metric
 from control_plane.settings import load_settings
 from tests.deploy.crd_schemas import SCHEMAS
-from tests.deploy.kustomize import (OVERLAYS, build, container, of_kind, one, pod_labels,
-                                    selects)
-from tests.observability.metric_names import (DOCUMENTED_METRICS, is_exported,
-                                              metric_names_in)
+from tests.deploy.kustomize import OVERLAYS, build, container, of_kind, one, pod_labels, selects
+from tests.observability.metric_names import DOCUMENTED_METRICS, is_exported, metric_names_in
 
 K8S_VERSION = "1.32.0"
 GATEWAY_DRAIN_S = 10  # uvicorn's timeout_graceful_shutdown in control_plane/up.py
@@ -145,7 +144,7 @@ def test_cold_tier_scales_to_zero_on_the_queue_depth(objects):
     assert scaled["spec"]["scaleTargetRef"]["name"] == "engine-cold"
     model = pod_labels(cold)["inferplane.io/model"]
     queries = {t["name"]: t["metadata"]["query"] for t in scaled["spec"]["triggers"]}
-    assert "inferplane_queue_depth" in metric_names_in(queries["queue-depth"])
+    assert Metric.QUEUE_DEPTH in metric_names_in(queries["queue-depth"])
     for query in queries.values():
         assert f'model="{model}"' in query
         assert all(is_exported(n, DOCUMENTED_METRICS) for n in metric_names_in(query)), query

@@ -1,5 +1,6 @@
-"""One live stack for the test session (see stack.py); every process it started is stopped.
-Tests share it safely: each registers its own model."""
+"""One live stack for the tests in this folder (see stack.py), stopped with every process it
+started once they are done: its `inferplane up` keeps ticking rollouts while it lives, so it must
+not outlive them. Tests share it safely: each registers its own model."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from tests.e2e_rollouts.stack import Stack, start_stack, stop_all
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory) -> Stack:
     work = tmp_path_factory.mktemp("rollouts")
     live, procs = start_stack(work)

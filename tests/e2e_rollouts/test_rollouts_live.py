@@ -7,6 +7,7 @@ import time
 
 import httpx
 
+from common.metric_names import Metric
 from tests.e2e_rollouts.stack import FLAKY_MARKER, Stack, Traffic, send
 
 ANALYSIS = {"interval_s": 2.0, "min_requests": 4, "max_error_rate": 0.1, "failure_limit": 0}
@@ -105,7 +106,7 @@ def test_blue_green_mirrors_during_its_gate_then_switches_at_once(stack):
     assert gate_served_v2 and set(gate_served_v2) == {0.0}
     gate = [m["result"] for m in rollout["measurements"] if m["result"]["verdict"] == "pass"]
     assert gate and gate[0]["candidate_requests"] >= ANALYSIS["min_requests"]
-    assert stack.metric("inferplane_shadow_requests_total", model="bluegreen", version="v2",
+    assert stack.metric(Metric.SHADOW_REQUESTS.total, model="bluegreen", version="v2",
                         outcome="ok") > 0
     assert stack.alias("bluegreen") == "v2"
     assert all(r.status == 200 for r in traffic.replies)
@@ -128,7 +129,7 @@ def test_shadow_never_touches_client_responses(stack):
     assert flaky_after["requests"] > flaky_before["requests"]
     assert flaky_after["failed"] > flaky_before["failed"]
     for outcome in ("ok", "error"):
-        assert stack.metric("inferplane_shadow_requests_total", model="shadow", version="v2",
+        assert stack.metric(Metric.SHADOW_REQUESTS.total, model="shadow", version="v2",
                             outcome=outcome) > 0
     # The shadow copies were measured, and their failures rolled the candidate back.
     assert rollout["state"] == "rolled_back", rollout["reason"]

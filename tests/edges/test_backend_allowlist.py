@@ -11,7 +11,7 @@ from control_plane.backend_allowlist import BackendAllowlist
 from control_plane.health import HealthProber
 from registry import queries as q
 from registry.errors import InvalidError
-from registry.models import Backend
+from registry.orm.catalog import Backend
 from tests.control_plane.conftest import build_admin_app
 
 LOOPBACK_ONLY = ["127.0.0.1/32", "::1/128", "localhost"]

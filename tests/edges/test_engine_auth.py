@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from builtin_engine.api_key import API_KEY_ENV
+from builtin_engine.serving.api_key import API_KEY_ENV
 from control_plane.supervisor import EngineSpec, EngineSupervisor
 from engine_adapter import create_adapter, engine_keys
 from tests.conftest import free_port
@@ -102,8 +102,8 @@ def test_adapter_paths_are_confined_to_the_roots(engine, path_of, status, code):
 
 
 def test_without_roots_runtime_loading_is_refused(tmp_path):
-    from builtin_engine.adapters import AdapterRegistry
-    from builtin_engine.protocol import EngineError
+    from builtin_engine.errors import EngineError
+    from builtin_engine.serving.adapters import AdapterRegistry
 
     with pytest.raises(EngineError, match="--lora-roots"):
         AdapterRegistry(roots=[]).confine(str(_peft_dir(tmp_path / "a")))

@@ -10,15 +10,14 @@ import pytest
 import torch
 import torch._dynamo.utils
 
-from builtin_engine.kernels.paged_attention_ops import BlockPlan, paged_decode_attention
-from builtin_engine.config import COMPILE_ENV, EngineConfig
+from builtin_engine.core.config import COMPILE_ENV, EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
 from builtin_engine.kernels.attention import AttentionMetadata, paged_attention_torch
 from builtin_engine.kernels.cpu_activation import cpu_silu_and_mul_available
-from builtin_engine.llm_engine import LLMEngine
+from builtin_engine.kernels.paged_attention_ops import BlockPlan, paged_decode_attention
 from builtin_engine.loader import load_model
-from builtin_engine.model_runner import ModelRunner
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.runner.model_runner import ModelRunner
 from tests.engine_model.driver import BlockAllocator, Sequence
 
 pytestmark = pytest.mark.slow

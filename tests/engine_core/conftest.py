@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import random
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.simulator import SimulatedExecutor
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.simulator import SimulatedExecutor
 
 ZERO_COST = dict(sim_prefill_s_per_token=0.0, sim_decode_base_s=0.0, sim_decode_s_per_seq=0.0,
                  sim_decode_s_per_kv_token=0.0)

@@ -6,11 +6,10 @@ import resource
 
 import pytest
 
-from builtin_engine.block_pool import hash_prompt_blocks
-from builtin_engine.engine import AsyncEngine, EngineShutDown
-from builtin_engine.sampling_params import SamplingParams
-from builtin_engine.simulator import SimulatedExecutor
-
+from builtin_engine.core.block_pool import hash_prompt_blocks
+from builtin_engine.core.engine import AsyncEngine, EngineShutDown
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.core.simulator import SimulatedExecutor
 from tests.engine_core.conftest import sim_config, sim_engine
 
 

@@ -1,9 +1,9 @@
 """Prefix lookup, slot allocation, watermark and swap bookkeeping."""
 from __future__ import annotations
 
-from builtin_engine.kv_cache_manager import KVCacheManager
-from builtin_engine.request import Request
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.kv_cache_manager import KVCacheManager
+from builtin_engine.core.request import Request
+from builtin_engine.core.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int]) -> Request:

@@ -5,8 +5,7 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_core.conftest import sim_engine
 
 EXPECTED_TYPES = {

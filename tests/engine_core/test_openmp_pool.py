@@ -20,7 +20,7 @@ def _run(code: str) -> str:
 def test_release_ends_the_main_threads_worker_pool():
     out = _run("""
         import os, threading, torch
-        from builtin_engine.openmp_pool import release_openmp_pool, _libgomp
+        from builtin_engine.runner.openmp_pool import release_openmp_pool, _libgomp
         tasks = lambda: len(os.listdir(f"/proc/{os.getpid()}/task"))
         torch.set_num_threads(2)
         torch.ones(1 << 22).add_(1)          # a parallel region: the main thread's pool
@@ -45,7 +45,7 @@ def test_the_libgomp_found_is_torchs_even_when_another_wheel_loads_its_own():
     pytest.importorskip("sentencepiece")
     out = _run("""
         import sentencepiece, torch
-        from builtin_engine.openmp_pool import _libgomp
+        from builtin_engine.runner.openmp_pool import _libgomp
         import os
         print(os.path.dirname(_libgomp()._name) == os.path.join(os.path.dirname(torch.__file__), "lib"))
     """)
@@ -56,9 +56,8 @@ def test_the_engine_thread_takes_the_runners_thread_count():
     import asyncio
     import threading
 
-    from builtin_engine.engine import AsyncEngine
-    from builtin_engine.simulator import SimulatedExecutor
-
+    from builtin_engine.core.engine import AsyncEngine
+    from builtin_engine.core.simulator import SimulatedExecutor
     from tests.engine_core.conftest import sim_config
 
     config = sim_config()

@@ -2,8 +2,7 @@
 prompt arriving cannot stall running streams; alone, a prompt takes the whole budget."""
 from __future__ import annotations
 
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_core.conftest import random_prompts, sim_engine
 
 PARAMS = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
@@ -81,7 +80,7 @@ def step(engine):
 def test_cpu_default_ratio_and_bad_values():
     import pytest
 
-    from builtin_engine.config import EngineConfig
+    from builtin_engine.core.config import EngineConfig
     cpu = EngineConfig(model="m", device="cpu")
     assert (cpu.decode_prefill_budget, cpu.decode_prefill_ratio) == (8, 12)
     cuda = EngineConfig(model="m", device="cuda")

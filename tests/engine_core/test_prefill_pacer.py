@@ -2,7 +2,7 @@
 costs it learns off step times; before it knows them, the fixed ratio applies."""
 from __future__ import annotations
 
-from builtin_engine.prefill_pacer import PrefillPacer
+from builtin_engine.core.prefill_pacer import PrefillPacer
 
 
 def test_the_ratio_applies_until_both_costs_are_known():

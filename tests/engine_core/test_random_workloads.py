@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_core.conftest import random_prompts, sim_engine
 
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def prompts(loaded):
 
 
 def run(loaded, prompts, **overrides) -> tuple[dict[str, list[int]], LLMEngine]:
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
     values = dict(device=DEVICE, dtype="float32", num_blocks=64, max_num_batched_tokens=4096,
                   swap_space_gib=0.0)
     values.update(overrides)
@@ -91,7 +91,7 @@ def test_penalties_reach_the_sampler_through_the_scheduler():
     """A strong repetition penalty changes greedy text; the same request without it does not
     change between runs (the history the scheduler hands over is what moves it)."""
     from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
 
     config = EngineConfig(dtype="float32", num_blocks=64, swap_space_gib=0.0)
     loaded = load_model(config)

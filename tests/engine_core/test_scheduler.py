@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.sampling_params import SamplingParams
-from builtin_engine.simulator import SimulatedExecutor
-
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.core.simulator import SimulatedExecutor
 from tests.engine_core.conftest import random_prompts, sim_config, sim_engine
 
 
@@ -207,7 +206,7 @@ def test_executor_error_fails_scheduled_requests_and_engine_keeps_going():
 
 
 def test_out_of_vocabulary_prompt_fails_alone_with_the_real_tokenizer():
-    from builtin_engine.tokenizer import load_tokenizer
+    from builtin_engine.loader.tokenizer import load_tokenizer
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     config = sim_config()
     engine = LLMEngine(config, SimulatedExecutor(config), tokenizer)

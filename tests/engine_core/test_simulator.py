@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.executor import ScheduledRequest, SchedulerOutput
-from builtin_engine.sampling_params import SamplingParams
-from builtin_engine.simulator import SimulatedExecutor
-
+from builtin_engine.core.executor import ScheduledRequest, SchedulerOutput
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.core.simulator import SimulatedExecutor
 from tests.engine_core.conftest import sim_config
 
 

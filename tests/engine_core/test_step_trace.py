@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import json
 
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_core.conftest import sim_engine
 
 

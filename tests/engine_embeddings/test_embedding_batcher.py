@@ -5,10 +5,11 @@ import asyncio
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from builtin_engine.embedding_batcher import EmbeddingBatcher, plan_batches
-from builtin_engine.embedding_model import embedding_model_dir, load_embedder
+from builtin_engine.embeddings.batcher import EmbeddingBatcher, plan_batches
+from builtin_engine.embeddings.model import embedding_model_dir, load_embedder
 
 
 @dataclass

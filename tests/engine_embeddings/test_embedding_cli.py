@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.embedding_cli import embedding_dir_for
-from builtin_engine.embedding_model import embedding_model_dir
+from builtin_engine.embeddings.cli import embedding_dir_for
+from builtin_engine.embeddings.model import embedding_model_dir
 
 
 def test_auto_detects_the_embedding_model_and_leaves_generators_alone():
@@ -18,8 +18,7 @@ def test_task_embed_refuses_a_generating_model():
 
 
 def test_a_known_name_without_its_package_says_what_to_install(monkeypatch):
-    from builtin_engine import embedding_model
-
+    from builtin_engine.embeddings import model as embedding_model
     monkeypatch.setitem(embedding_model.KNOWN_EMBEDDING_MODELS, "missing-model",
                         ("no_such_package_here", "model"))
     with pytest.raises(ValueError, match="pip install no-such-package-here"):

@@ -7,8 +7,7 @@ import json
 import pytest
 import torch
 
-from builtin_engine.embedding_model import (embedding_model_dir, load_embedder, pool,
-                                            read_pooling)
+from builtin_engine.embeddings.model import embedding_model_dir, load_embedder, pool, read_pooling
 
 MODEL = "all-minilm-l6-v2"
 
@@ -72,8 +71,8 @@ def test_generating_engine_refuses_embeddings():
     from fastapi.testclient import TestClient
 
     from builtin_engine.cli import build_engine
-    from builtin_engine.config import EngineConfig
-    from builtin_engine.server import create_engine_app
+    from builtin_engine.core.config import EngineConfig
+    from builtin_engine.serving.server import create_engine_app
 
     engine, tokenizer, served, max_len = build_engine(EngineConfig(simulate=True))
     client = TestClient(create_engine_app(engine, tokenizer, served, max_len))

@@ -45,7 +45,7 @@ def reference():
     """sentence-transformers' own vectors for TEXTS, from the same packaged model."""
     from sentence_transformers import SentenceTransformer
 
-    from builtin_engine.embedding_model import embedding_model_dir
+    from builtin_engine.embeddings.model import embedding_model_dir
 
     model = SentenceTransformer(str(embedding_model_dir(MODEL)), device="cpu")
     return model.encode(TEXTS, convert_to_numpy=True)
@@ -85,7 +85,7 @@ def test_one_text_alone_equals_it_in_a_padded_batch(engine, reference):
 def test_usage_counts_the_special_tokens(engine):
     from tokenizers import Tokenizer
 
-    from builtin_engine.embedding_model import embedding_model_dir
+    from builtin_engine.embeddings.model import embedding_model_dir
 
     tok = Tokenizer.from_file(str(embedding_model_dir(MODEL) / "tokenizer.json"))
     tok.no_truncation()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
 from builtin_engine.loader import load_model, resolve_model
 
 MODEL = "smollm2-135m-instruct"

@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from builtin_engine.adapters import AdapterRegistry
-from builtin_engine.engine import AsyncEngine
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.model_runner import ModelRunner
-from builtin_engine.protocol import EngineError
-from builtin_engine.sampling_params import SamplingParams
-from builtin_engine.server import create_engine_app
+from builtin_engine.core.engine import AsyncEngine
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.errors import EngineError
+from builtin_engine.runner.model_runner import ModelRunner
+from builtin_engine.serving.adapters import AdapterRegistry
+from builtin_engine.serving.server import create_engine_app
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the ocean.",
            "List three prime numbers greater than 100."]

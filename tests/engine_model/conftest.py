@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
 from builtin_engine.loader import load_model, resolve_model
-from builtin_engine.model_runner import ModelRunner
+from builtin_engine.runner.model_runner import ModelRunner
 
 MODEL = "smollm2-135m-instruct"
 

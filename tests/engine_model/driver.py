@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from builtin_engine.executor import ScheduledRequest, SchedulerOutput
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.executor import ScheduledRequest, SchedulerOutput
+from builtin_engine.core.sampling_params import SamplingParams
 
 
 class BlockAllocator:

@@ -2,8 +2,7 @@
 same tokens as running each request alone."""
 from __future__ import annotations
 
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_model.driver import BlockAllocator, Sequence, generate, step
 
 DECODE_STEPS = 6

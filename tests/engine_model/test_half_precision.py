@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.executor import ScheduledRequest
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.executor import ScheduledRequest
+from builtin_engine.core.sampling_params import SamplingParams
 from builtin_engine.loader import load_model
-from builtin_engine.model_runner import ModelRunner
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.runner.model_runner import ModelRunner
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "Once upon a time",
            "The three primary colors are", "Water boils at a temperature of"]

@@ -45,11 +45,11 @@ def test_capital_of_france(loaded, runner):
 
 def test_hf_directory_loads_the_same_model(tmp_path, loaded, runner, hf_model, hf_tokenizer):
     """config.json + model.safetensors + tokenizer.json written by transformers."""
-    from builtin_engine.config import EngineConfig
-    from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
-
     from safetensors.torch import save_file
+
+    from builtin_engine.core.config import EngineConfig
+    from builtin_engine.loader import load_model
+    from builtin_engine.runner.model_runner import ModelRunner
 
     # save_pretrained refuses GGUF-born models, so write the directory piece by piece.
     weights = {k: v.contiguous() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
 
 PROMPT = "What is the capital of France?"
 NEW_TOKENS = 6

@@ -6,9 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from builtin_engine.executor import ScheduledRequest, SchedulerOutput
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.executor import ScheduledRequest, SchedulerOutput
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_model.driver import generate
 
 

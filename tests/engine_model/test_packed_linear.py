@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
 from builtin_engine.kernels import packed_linear as pl
 from builtin_engine.loader import load_model
 
@@ -124,13 +124,13 @@ def test_calibration_takes_the_faster_side_at_the_step_size(restored_cap):
 
 
 def test_a_quantized_weight_leaves_the_cap_as_it_is(restored_cap):
-    from builtin_engine.quantization import Int8Weight
+    from builtin_engine.models.quantization import Int8Weight
     before = pl.row_cap()
     assert pl.calibrate_row_cap(Int8Weight.quantize(torch.randn(64, 32)), 4096) == before
 
 
 def _runner(pack: bool):
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
     cfg = EngineConfig(model="smollm2-135m-instruct", dtype="float32", pack_weights=pack,
                        num_blocks=64, swap_space_gib=0.0, compile=False)
     loaded = load_model(cfg)

@@ -8,13 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.llm_engine import LLMEngine
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
 from builtin_engine.loader import load_model
-from builtin_engine.model_runner import ModelRunner
-from builtin_engine.quantization import Int8Weight, linear
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.models.quantization import Int8Weight, linear
+from builtin_engine.runner.model_runner import ModelRunner
 from tests.engine_model.test_half_precision import PROMPTS, last_logprobs
 
 MAX_MEAN_KL = 0.02

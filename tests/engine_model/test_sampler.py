@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from builtin_engine.sampler import Sampler
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.runner.sampler import Sampler
 
 VOCAB = 512
 EOS = 7

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.tokenizer import load_tokenizer
+from builtin_engine.loader.tokenizer import load_tokenizer
 
 TEXTS = [
     "Hello, world!",

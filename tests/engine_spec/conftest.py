@@ -1,9 +1,9 @@
-"""The packaged SmolLM2 in float32 (the reference dtype), loaded once for the module."""
+"""The packaged SmolLM2 in float32 (the reference dtype), loaded once for this folder."""
 from __future__ import annotations
 
 import pytest
 
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
 from builtin_engine.loader import load_model
 
 MODEL = "smollm2-135m-instruct"
@@ -15,6 +15,6 @@ def real_config(**overrides) -> EngineConfig:
     return EngineConfig(**values)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")   # its memory is freed once the folder is done
 def loaded_fp32():
     return load_model(real_config())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.ngram_proposer import NgramProposer
+from builtin_engine.core.ngram_proposer import NgramProposer
 
 
 def test_proposes_the_tokens_after_the_latest_match():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.model_runner import ModelRunner
-from builtin_engine.sampling_params import SamplingParams
-
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.runner.model_runner import ModelRunner
 from tests.engine_spec.conftest import real_config
 
 pytestmark = pytest.mark.slow

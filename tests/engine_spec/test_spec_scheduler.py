@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.sampling_params import SamplingParams
 from tests.engine_core.conftest import random_prompts, sim_engine
 
 SMALL_VOCAB = dict(sim_vocab_size=104)  # four output ids: drafts match about a quarter

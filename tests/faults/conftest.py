@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.metric_names import Metric
 from tests.conftest import free_port, start_process, stop_process, wait_http
 
 PRICE = {"price_in_per_1k": 1.0, "price_out_per_1k": 2.0}   # every token costs: spend is checked
@@ -168,7 +169,7 @@ class Books:
         out = Counter()
         for (name, items), value in self.metrics.items():
             labels = dict(items)
-            if name == "inferplane_requests_total" and labels.get("model") == model and value:
+            if name == Metric.REQUESTS.total and labels.get("model") == model and value:
                 out[int(labels["code"])] += int(value)
         return out
 
@@ -246,8 +247,8 @@ class Stack:
 
 def _same(a: Books, b: Books, model: str) -> bool:
     return (len(a.log) == len(b.log) and a.spend == b.spend
-            and metric_sum(a.metrics, "inferplane_spend_usd_total", model=model)
-            == metric_sum(b.metrics, "inferplane_spend_usd_total", model=model))
+            and metric_sum(a.metrics, Metric.SPEND_USD.total, model=model)
+            == metric_sum(b.metrics, Metric.SPEND_USD.total, model=model))
 
 
 def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int],
@@ -262,11 +263,11 @@ def assert_nothing_lost(stack: Stack, model: str, before: Books, codes: list[int
     counted = after.requests_by_code(model) - before.requests_by_code(model)
     assert counted == Counter(codes) + Counter(refused)
     logged_cost = sum(r["cost"] for r in new_rows)
-    metric_cost = (metric_sum(after.metrics, "inferplane_spend_usd_total", model=model)
-                   - metric_sum(before.metrics, "inferplane_spend_usd_total", model=model))
+    metric_cost = (metric_sum(after.metrics, Metric.SPEND_USD.total, model=model)
+                   - metric_sum(before.metrics, Metric.SPEND_USD.total, model=model))
     tokens = sum(r["prompt_tokens"] + r["completion_tokens"] for r in new_rows)
-    metric_tokens = (metric_sum(after.metrics, "inferplane_tokens_total", model=model)
-                     - metric_sum(before.metrics, "inferplane_tokens_total", model=model))
+    metric_tokens = (metric_sum(after.metrics, Metric.TOKENS.total, model=model)
+                     - metric_sum(before.metrics, Metric.TOKENS.total, model=model))
     assert abs(logged_cost - metric_cost) < 1e-9 and abs(after.spend - before.spend
                                                          - logged_cost) < 1e-6
     assert tokens == metric_tokens

@@ -16,10 +16,19 @@ import time
 import httpx
 import pytest
 
-from tests.faults.conftest import (BlackHole, Stack, assert_nothing_lost, delta, free_port,
-                                   openai_model, start_builtin_engine, start_fake_engine,
-                                   stop_process)
+from common.metric_names import Metric
 from tests.conftest import running_up
+from tests.faults.conftest import (
+    BlackHole,
+    Stack,
+    assert_nothing_lost,
+    delta,
+    free_port,
+    openai_model,
+    start_builtin_engine,
+    start_fake_engine,
+    stop_process,
+)
 
 FIRST_TOKEN_S = 2.0
 TOTAL_S = 6.0
@@ -94,7 +103,7 @@ def test_engine_sigkilled_mid_stream_ends_with_an_error_event(stack, engines):
     assert row["status"] == "error" and row["stream"] is True
     # What the client received is billed, though the engine never sent its usage.
     assert row["completion_tokens"] >= len(received) - 1 > 0 and row["cost"] > 0
-    assert delta(before, after, "inferplane_upstream_errors_total", model="killed") == 1
+    assert delta(before, after, Metric.UPSTREAM_ERRORS.total, model="killed") == 1
     # The dead engine refuses from now on: a clean 502 naming the cause, never a hang.
     again = stack.chat("killed")
     assert again.status_code == 502 and again.json()["error"]["code"] == "connect"
@@ -115,9 +124,9 @@ def test_engine_that_never_answers_is_cut_off_by_the_timeouts(stack):
     assert FIRST_TOKEN_S - 0.1 <= stream_s < FIRST_TOKEN_S + 3, stream_s
     assert TOTAL_S - 0.1 <= plain_s < TOTAL_S + 3, plain_s
     after = assert_nothing_lost(stack, "hang", before, [504, 504])
-    assert delta(before, after, "inferplane_upstream_errors_total", model="hang",
+    assert delta(before, after, Metric.UPSTREAM_ERRORS.total, model="hang",
                  kind="first_token_timeout") == 1
-    assert delta(before, after, "inferplane_upstream_errors_total", model="hang",
+    assert delta(before, after, Metric.UPSTREAM_ERRORS.total, model="hang",
                  kind="timeout") == 1
     assert all(r["prompt_tokens"] == r["completion_tokens"] == 0 for r in after.log[:2])
 
@@ -132,14 +141,14 @@ def test_engine_refusing_connections_fails_fast_then_the_breaker_opens(stack):
     assert codes == [502] * 5 + [503] * 3, codes
     assert {r.json()["error"]["code"] for r in responses} == {"connect", "no_ready_backend"}
     after = assert_nothing_lost(stack, "refused", before, codes)
-    assert delta(before, after, "inferplane_upstream_errors_total", model="refused",
+    assert delta(before, after, Metric.UPSTREAM_ERRORS.total, model="refused",
                  kind="connect") == 5
-    assert delta(before, after, "inferplane_rejections_total", model="refused",
+    assert delta(before, after, Metric.REJECTIONS.total, model="refused",
                  reason="no_backend") == 3
     backend = next(labels for (name, labels), value in after.metrics.items()
-                   if name == "inferplane_routing_decisions_total"
+                   if name == Metric.ROUTING_DECISIONS.total
                    and dict(labels)["model"] == "refused")
-    breaker = after.metrics[("inferplane_circuit_breaker_state",
+    breaker = after.metrics[(Metric.CIRCUIT_BREAKER_STATE,
                              (("backend", dict(backend)["backend"]),))]
     assert breaker == 2                             # BreakerState.OPEN.code
 
@@ -161,7 +170,7 @@ def test_slow_engine_past_first_token_timeout_is_cut_off_and_aborted(stack, engi
     plain = stack.chat("slow")
     assert plain.status_code == 200 and plain.json()["usage"]["completion_tokens"] == 8
     after = assert_nothing_lost(stack, "slow", before, [504, 200])
-    assert delta(before, after, "inferplane_upstream_errors_total", model="slow",
+    assert delta(before, after, Metric.UPSTREAM_ERRORS.total, model="slow",
                  kind="first_token_timeout") == 1
     stats = httpx.get(f"http://127.0.0.1:{port}/stats").json()
     assert stats["requests"] == 2 and stats["cancelled"] == 1 and stats["completed"] == 1

@@ -15,10 +15,17 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import running_up
-from tests.faults.conftest import (PrivateRedis, Stack, assert_nothing_lost, delta,
-                                   openai_model, start_fake_engine, stop_process)
-from tests.conftest import free_port
+from common.metric_names import Metric
+from tests.conftest import free_port, running_up
+from tests.faults.conftest import (
+    PrivateRedis,
+    Stack,
+    assert_nothing_lost,
+    delta,
+    openai_model,
+    start_fake_engine,
+    stop_process,
+)
 
 REDIS_PORT = 19479
 MODEL = "limited"
@@ -115,7 +122,7 @@ def test_fail_closed_refuses_during_the_outage_and_recovers(gateways, outage, pr
         assert error["message"] and response.headers.get("retry-after")
     after = assert_nothing_lost(gateways["fail_closed"], MODEL, before["fail_closed"],
                                 [c for c in codes if c == 200], refused=[503] * len(refused))
-    assert delta(before["fail_closed"], after, "inferplane_rejections_total", model=MODEL,
+    assert delta(before["fail_closed"], after, Metric.REJECTIONS.total, model=MODEL,
                  reason="unavailable") == len(refused)
     client = redis.Redis(port=REDIS_PORT)
     assert any(key_counter(client, gateways["fail_closed"].key_id))

@@ -72,7 +72,7 @@ def start_engine(name: str) -> FakeEngine:
     return engine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")   # stopped once the folder is done
 def engines():
     started = [start_engine(f"e{i}") for i in range(3)]
     yield started

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from common.metric_names import EngineMetric
+
 DEFAULTS = {
     "fail_status": None,       # answer every request with this HTTP status
     "fail_body": None,         # error JSON to send with fail_status
@@ -220,8 +222,8 @@ def build_app(name: str) -> Starlette:
         return JSONResponse({"object": "list", "data": [{"id": name, "object": "model"}]})
 
     async def metrics(request: Request) -> Response:
-        text = (f"vllm:num_requests_running {engine.stats['running']}\n"
-                f"vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n")
+        text = (f"{EngineMetric.NUM_REQUESTS_RUNNING} {engine.stats['running']}\n"
+                f"{EngineMetric.NUM_REQUESTS_WAITING} 0\nvllm:kv_cache_usage_perc 0.1\n")
         return Response(text, media_type="text/plain")
 
     return Starlette(routes=[

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
+from common.metric_names import Metric
 from control_plane.settings import Settings
 from tests.conftest import free_port, running_up
 from tests.faults.conftest import metric_sum, samples
@@ -126,8 +127,8 @@ def test_usage_records_spend_and_metrics(stack):
         return metric_sum(after, name, model=MODEL, **labels) - metric_sum(before, name,
                                                                            model=MODEL, **labels)
 
-    assert delta("inferplane_requests_total", code="200") >= 3
-    assert delta("inferplane_tokens_total") >= sum(tokens)
+    assert delta(Metric.REQUESTS.total, code="200") >= 3
+    assert delta(Metric.TOKENS.total) >= sum(tokens)
 
 
 @pytest.mark.parametrize("body, status, code", [

@@ -7,7 +7,8 @@ import time
 import httpx
 import pytest
 
-from builtin_engine.block_pool import hash_prompt_blocks
+from builtin_engine.core.block_pool import hash_prompt_blocks
+from common.metric_names import Metric
 from gateway.routing.resident import ResidentBlocks, token_block_hashes
 from tests.gateway.conftest import backend, chat_body, model
 from tests.gateway.sim_engines import SERVED, start_sim_engines, stop_sim_engines
@@ -45,7 +46,7 @@ def _wait_resident(gw, backend_id: str, hashes: list[int], timeout: float = 10.0
 
 def _decisions(gw, backend_id: str) -> float:
     return gw.state.metrics.registry.get_sample_value(
-        "inferplane_routing_decisions_total",
+        Metric.ROUTING_DECISIONS.total,
         {"model": "m", "strategy": "prefix_aware", "backend": backend_id}) or 0.0
 
 
@@ -88,7 +89,7 @@ def test_prompt_goes_to_the_engine_holding_its_prefix(sims, make_gateway):
             assert _decisions(gw, sims[i].name) == before + 1, f"document {i} went elsewhere"
             cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
             assert cached >= 16 * 20, cached
-    hit = gw.state.metrics.registry.get_sample_value("inferplane_prefix_hit_tokens_total",
+    hit = gw.state.metrics.registry.get_sample_value(Metric.PREFIX_HIT_TOKENS.total,
                                                      {"model": "m"})
     assert hit >= 3 * 16 * 20
 

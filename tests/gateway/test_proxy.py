@@ -1,12 +1,13 @@
 """The request path's per-version books: a request counts for the version its split chose,
 even when it is refused before any backend of that version takes it."""
+from common.metric_names import Metric
 from registry.snapshot import SplitView
 from tests.gateway.conftest import backend, chat_body, model
 
 
 def requests_of(gw, version: str, code: str) -> float:
     return gw.state.metrics.registry.get_sample_value(
-        "inferplane_requests_total", {"model": "m", "version": version, "code": code}) or 0.0
+        Metric.REQUESTS.total, {"model": "m", "version": version, "code": code}) or 0.0
 
 
 def test_refusals_after_the_split_count_for_the_chosen_version(make_gateway, engines):

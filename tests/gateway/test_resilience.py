@@ -1,6 +1,7 @@
 """Retries before the first byte, fallbacks, timeouts and breakers — no duplicated output."""
 import pytest
 
+from common.metric_names import Metric
 from tests.gateway.conftest import backend, chat_body, model
 from tests.gateway.test_errors import assert_openai_error
 from tests.gateway.test_streaming import content, events
@@ -28,8 +29,8 @@ def test_retry_on_5xx_goes_to_another_backend(two, engines):
         r = c.post("/v1/chat/completions", json=chat_body(max_tokens=2))
     assert r.status_code == 200 and r.json()["backend"] == "e1"
     assert [e.stats()["requests"] for e in engines] == [1, 1, 0]
-    assert metric(two, 'inferplane_retries_total{model="m"}') == 1
-    assert metric(two, 'inferplane_upstream_errors_total{backend="e0",kind="http_5xx"') == 1
+    assert metric(two, f'{Metric.RETRIES.total}{{model="m"}}') == 1
+    assert metric(two, f'{Metric.UPSTREAM_ERRORS.total}{{backend="e0",kind="http_5xx"') == 1
 
 
 def test_stream_retry_sends_output_once(two, engines):
@@ -57,7 +58,7 @@ def test_fallback_model_when_all_backends_fail(two, engines):
         r = c.post("/v1/chat/completions", json=chat_body(max_tokens=2))
     assert r.status_code == 200 and r.json()["backend"] == "e2"
     assert r.json()["model"] == "m"
-    assert metric(two, 'inferplane_fallbacks_total{model="m"}') == 1
+    assert metric(two, f'{Metric.FALLBACKS.total}{{model="m"}}') == 1
 
 
 def test_everything_failing_is_502(two, engines):
@@ -75,7 +76,7 @@ def test_engine_down_is_a_connect_error_and_retried(make_gateway, engines):
     with gw.client() as c:
         r = c.post("/v1/chat/completions", json=chat_body())
     assert r.status_code == 200 and r.json()["backend"] == "e0"
-    assert metric(gw, 'inferplane_upstream_errors_total{backend="dead",kind="connect"') == 1
+    assert metric(gw, f'{Metric.UPSTREAM_ERRORS.total}{{backend="dead",kind="connect"') == 1
 
 
 def test_breaker_opens_and_stops_traffic(make_gateway, engines):
@@ -86,4 +87,4 @@ def test_breaker_opens_and_stops_traffic(make_gateway, engines):
         codes = [c.post("/v1/chat/completions", json=chat_body()).status_code for _ in range(8)]
     assert codes == [200] * 8
     assert engines[0].stats()["requests"] == 2       # then the breaker kept it out
-    assert metric(gw, 'inferplane_circuit_breaker_state{backend="e0"}') == 2
+    assert metric(gw, f'{Metric.CIRCUIT_BREAKER_STATE}{{backend="e0"}}') == 2

@@ -3,6 +3,7 @@ from collections import Counter
 
 import pytest
 
+from common.metric_names import Metric
 from common.vocabulary import RoutingStrategy
 from engine_adapter.base import LoadView
 from gateway.observability.metrics import GatewayMetrics
@@ -147,7 +148,7 @@ def test_round_robin_over_http(make_gateway, engines):
     assert served == {"e0": 3, "e1": 3, "e2": 3}
     with gw.client() as c:
         text = c.get("/metrics").text
-    assert 'inferplane_routing_decisions_total{backend="e0",model="m",strategy="round_robin"} 3.0' \
+    assert f'{Metric.ROUTING_DECISIONS.total}{{backend="e0",model="m",strategy="round_robin"}} 3.0' \
         in text
 
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from common.metric_names import Metric
 from registry.snapshot import SplitView
 from tests.gateway.conftest import backend, chat_body, model
 
@@ -37,22 +38,22 @@ def test_copy_reaches_shadow_version_and_is_compared(engines, make_gateway, stre
     with gw.client() as c:
         r = c.post("/v1/chat/completions", json=chat_body(max_tokens=4, stream=stream))
         assert r.status_code == 200
-    ok = _wait_for(gw, "inferplane_shadow_requests_total", 1, model="m", version="v2",
+    ok = _wait_for(gw, Metric.SHADOW_REQUESTS.total, 1, model="m", version="v2",
                    outcome="ok")
     assert ok == 1
     assert engines[1].stats()["requests"] == 1
     shadow_body = engines[1].stats()["last_body"]
     assert shadow_body["stream"] is True and shadow_body["model"] == "served-m"
     # identical answers from both fake engines: similarity 1, length ratio 1
-    assert _sample(gw, "inferplane_shadow_similarity_sum", model="m") == pytest.approx(1.0)
-    assert _sample(gw, "inferplane_shadow_length_ratio_sum", model="m") == pytest.approx(1.0)
-    assert _sample(gw, "inferplane_shadow_request_duration_seconds_count",
+    assert _sample(gw, f"{Metric.SHADOW_SIMILARITY}_sum", model="m") == pytest.approx(1.0)
+    assert _sample(gw, f"{Metric.SHADOW_LENGTH_RATIO}_sum", model="m") == pytest.approx(1.0)
+    assert _sample(gw, f"{Metric.SHADOW_REQUEST_DURATION}_count",
                    model="m", version="v2") == 1
-    assert _sample(gw, "inferplane_shadow_time_to_first_token_seconds_count",
+    assert _sample(gw, f"{Metric.SHADOW_TIME_TO_FIRST_TOKEN}_count",
                    model="m", version="v2") == 1
     # client-facing totals only count the primary
-    assert _sample(gw, "inferplane_requests_total", model="m", version="v1", code="200") == 1
-    assert _sample(gw, "inferplane_requests_total", model="m", version="v2", code="200") == 0
+    assert _sample(gw, Metric.REQUESTS.total, model="m", version="v1", code="200") == 1
+    assert _sample(gw, Metric.REQUESTS.total, model="m", version="v2", code="200") == 0
 
 
 def test_failing_shadow_never_fails_the_primary(engines, make_gateway):
@@ -62,9 +63,9 @@ def test_failing_shadow_never_fails_the_primary(engines, make_gateway):
         for stream in (False, True):
             r = c.post("/v1/chat/completions", json=chat_body(max_tokens=3, stream=stream))
             assert r.status_code == 200 and "tok2" in r.text
-    assert _wait_for(gw, "inferplane_shadow_requests_total", 2, model="m", version="v2",
+    assert _wait_for(gw, Metric.SHADOW_REQUESTS.total, 2, model="m", version="v2",
                      outcome="error") == 2
-    assert _sample(gw, "inferplane_requests_total", model="m", version="v1", code="200") == 2
+    assert _sample(gw, Metric.REQUESTS.total, model="m", version="v1", code="200") == 2
 
 
 def test_slow_shadow_does_not_delay_the_primary_and_times_out(engines, make_gateway):
@@ -78,7 +79,7 @@ def test_slow_shadow_does_not_delay_the_primary_and_times_out(engines, make_gate
             elapsed = time.perf_counter() - started
             assert r.status_code == 200 and "tok2" in r.text
             assert elapsed < 0.75, f"primary took {elapsed:.2f}s behind a 3s shadow"
-    assert _wait_for(gw, "inferplane_shadow_requests_total", 3, model="m", version="v2",
+    assert _wait_for(gw, Metric.SHADOW_REQUESTS.total, 3, model="m", version="v2",
                      outcome="timeout") == 3
 
 
@@ -88,7 +89,7 @@ def test_saturated_mirror_drops_copies(engines, make_gateway):
     with gw.client() as c:
         for _ in range(3):
             assert c.post("/v1/chat/completions", json=chat_body(max_tokens=2)).status_code == 200
-    assert _sample(gw, "inferplane_shadow_requests_total", model="m", version="v2",
+    assert _sample(gw, Metric.SHADOW_REQUESTS.total, model="m", version="v2",
                    outcome="dropped") == 2
     assert gw.state.shadow.running == 1
 
@@ -98,7 +99,7 @@ def test_shadow_weight_zero_and_missing_backend(engines, make_gateway):
     gw = make_gateway([_shadow_model(engines, splits)])
     with gw.client() as c:
         assert c.post("/v1/chat/completions", json=chat_body(max_tokens=2)).status_code == 200
-    assert _sample(gw, "inferplane_shadow_requests_total", model="m", version="v3",
+    assert _sample(gw, Metric.SHADOW_REQUESTS.total, model="m", version="v3",
                    outcome="no_backend") == 1
     off = (SplitView("v1", 1.0), SplitView("v2", 0.0, shadow=True))
     gw = make_gateway([_shadow_model(engines, off)])

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from common.metric_names import Metric
 from tests.gateway.conftest import backend, chat_body, model
 
 
@@ -23,8 +24,8 @@ def test_complete_stream_counts_200_tokens_and_latencies(gw):
         body = r.read()
     assert body.endswith(b"data: [DONE]\n\n")
     time.sleep(0.2)
-    lines = _metric_lines(gw, "inferplane_requests_total", "inferplane_tokens_total",
-                          "inferplane_inter_token_latency_seconds_count")
+    lines = _metric_lines(gw, Metric.REQUESTS.total, Metric.TOKENS.total,
+                          f"{Metric.INTER_TOKEN_LATENCY}_count")
     assert any('code="200"' in line for line in lines), lines
     assert any('kind="completion"' in line and not line.endswith(" 0.0") for line in lines), lines
     itl = [line for line in lines if line.startswith("inferplane_inter_token_latency")]

@@ -2,6 +2,7 @@
 import orjson
 import pytest
 
+from common.metric_names import Metric
 from gateway.apis.chat.endpoint import CHAT
 from gateway.apis.completions.endpoint import COMPLETION
 from gateway.request_path.resume import continuation_body, may_resume
@@ -39,9 +40,9 @@ def test_greedy_chat_continues_on_another_backend(gw, engines):
              and "role" in e["choices"][0]["delta"]]
     assert len(roles) == 1                   # the continuation's role chunk is not repeated
     metrics = gw.client().get("/metrics").text
-    assert 'inferplane_requests_total{code="200",model="m",version="v1"} 1.0' in metrics
+    assert f'{Metric.REQUESTS.total}{{code="200",model="m",version="v1"}} 1.0' in metrics
     # the dropped connection reads as a stream that ended before [DONE]
-    assert 'inferplane_stream_resumes_total{kind="protocol",model="m"} 1.0' in metrics
+    assert f'{Metric.STREAM_RESUMES.total}{{kind="protocol",model="m"}} 1.0' in metrics
 
 
 def test_completion_continues_with_the_prompt_extended(gw, engines):

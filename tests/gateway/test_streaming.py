@@ -4,6 +4,7 @@ import time
 import orjson
 import pytest
 
+from common.metric_names import Metric
 from tests.gateway.conftest import backend, chat_body, model
 
 
@@ -86,7 +87,7 @@ def test_client_disconnect_cancels_upstream(gw, engines):
     assert gw.state.router.book.inflight.get("e0", 0) == 0
     time.sleep(0.2)  # the accounting of a left stream completes after its cancellation
     counts = [line for line in gw.client().get("/metrics").text.splitlines()
-              if line.startswith("inferplane_requests_total")]
+              if line.startswith(Metric.REQUESTS.total)]
     assert any('code="499"' in line for line in counts), counts
 
 
@@ -112,4 +113,4 @@ def test_stream_broken_midway_ends_with_error_event(gw, engines):
     assert evts[-1] == "[DONE]"
     assert set(evts[-2]["error"]) == {"message", "type", "param", "code"}
     metrics = gw.client().get("/metrics").text
-    assert 'inferplane_requests_total{code="502",model="m",version="v1"} 1.0' in metrics
+    assert f'{Metric.REQUESTS.total}{{code="502",model="m",version="v1"}} 1.0' in metrics

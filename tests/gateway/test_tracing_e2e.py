@@ -15,12 +15,13 @@ import uvicorn
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import builtin_engine.server as engine_server
-from builtin_engine import tracing as engine_tracing
+import builtin_engine.serving.server as engine_server
 from builtin_engine.cli import build_engine
-from builtin_engine.config import EngineConfig
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.serving import tracing as engine_tracing
 from common import tracing
 from common.logging_setup import configure_logging
+from common.metric_names import Metric
 from registry.snapshot import BackendView
 from tests.gateway.conftest import KEYS, default_keys, free_port, key, model
 
@@ -102,7 +103,7 @@ def test_one_trace_covers_gateway_and_engine(stack):
     assert r.headers["traceparent"].startswith(f"00-{CLIENT_TRACE}-")
     time.sleep(0.2)     # the engine's last span ends as its stream closes
     spans = _by_name(exporter.get_finished_spans(), int(CLIENT_TRACE, 16))
-    gateway = {"POST /v1/chat/completions", "common.auth.authenticate", "gateway.limits", "gateway.queue",
+    gateway = {"POST /v1/chat/completions", "gateway.auth", "gateway.limits", "gateway.queue",
                "gateway.route", "gateway.upstream", "gateway.first_token", "gateway.stream"}
     engine = {"engine POST /v1/chat/completions", "engine.queue", "engine.prefill",
               "engine.decode"}
@@ -134,8 +135,8 @@ def test_rejections_are_counted_and_carry_ids(stack):
     trace_id = int(r.headers["traceparent"].split("-")[1], 16)
     assert "gateway.limits" in _by_name(exporter.get_finished_spans(), trace_id)
     sample = gw.state.metrics.registry.get_sample_value
-    assert sample("inferplane_requests_total", {"model": "m", "version": "none",
+    assert sample(Metric.REQUESTS.total, {"model": "m", "version": "none",
                                                 "code": "429"}) == 1
-    assert sample("inferplane_requests_total", {"model": "m", "version": "v1",
+    assert sample(Metric.REQUESTS.total, {"model": "m", "version": "v1",
                                                 "code": "200"}) == 1
     assert KEYS["only_other"]

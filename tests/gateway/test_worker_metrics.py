@@ -14,6 +14,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.metric_names import Metric
 from tests.conftest import free_port, start_process, stop_process, wait_http
 from tests.multi_replica.conftest import MODEL, cli, write_config
 
@@ -96,7 +97,7 @@ def _connections_per_worker(proc, port: int) -> list[int]:
 
 def test_one_scrape_counts_the_requests_of_every_worker(gateway):
     base, secret, proc, _ = gateway
-    before = _total(_scrape(base)["inferplane_requests"], "inferplane_requests_total",
+    before = _total(_scrape(base)[Metric.REQUESTS], Metric.REQUESTS.total,
                     model=MODEL, code="200")
 
     async def fire():
@@ -115,12 +116,12 @@ def test_one_scrape_counts_the_requests_of_every_worker(gateway):
         raise AssertionError("a worker served nothing: the scrape would not show a sum")
     for _ in range(2 * WORKERS):   # several scrapes, several answering workers: the same total
         families = _scrape(base)
-        assert _total(families["inferplane_requests"], "inferplane_requests_total",
+        assert _total(families[Metric.REQUESTS], Metric.REQUESTS.total,
                       model=MODEL, code="200") - before == sent
-        assert _total(families["inferplane_tokens"], "inferplane_tokens_total", model=MODEL,
+        assert _total(families[Metric.TOKENS], Metric.TOKENS.total, model=MODEL,
                       kind="completion") >= 2 * sent
-        assert _total(families["inferplane_request_duration_seconds"],
-                      "inferplane_request_duration_seconds_count", model=MODEL) >= sent
+        assert _total(families[Metric.REQUEST_DURATION],
+                      f"{Metric.REQUEST_DURATION}_count", model=MODEL) >= sent
         assert "process_resident_memory_bytes" in families   # the answering worker's own
 
 
@@ -145,11 +146,11 @@ def test_inflight_gauges_are_summed_over_workers(gateway):
         _hold_streams_on_every_worker(base, secret, proc, port))
     assert codes == [200] * held
     assert sum(per_worker) == held and all(per_worker), per_worker   # spread over both
-    assert _total(during["inferplane_inflight_requests"], "inferplane_inflight_requests",
+    assert _total(during[Metric.INFLIGHT_REQUESTS], Metric.INFLIGHT_REQUESTS,
                   model=MODEL) == held
-    assert _total(during["inferplane_event_loop_tasks"], "inferplane_event_loop_tasks") > 0
+    assert _total(during[Metric.EVENT_LOOP_TASKS], Metric.EVENT_LOOP_TASKS) > 0
     after = _scrape(base)
-    assert _total(after["inferplane_inflight_requests"], "inferplane_inflight_requests",
+    assert _total(after[Metric.INFLIGHT_REQUESTS], Metric.INFLIGHT_REQUESTS,
                   model=MODEL) == 0
 
 

@@ -6,11 +6,13 @@ refused with a message. Runs where the CPU has AVX512-BF16 or AMX."""
 import pytest
 import torch
 
-from builtin_engine.device_defaults import cpu_flags
+from builtin_engine.core.device_defaults import cpu_flags
 from builtin_engine.kernels.attention import paged_attention_torch
-from builtin_engine.kernels.cpu_prefill_attention_bf16 import (bf16_prefill_attention,
-                                                               bf16_prefill_engine,
-                                                               bf16_prefill_serves)
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import (
+    bf16_prefill_attention,
+    bf16_prefill_engine,
+    bf16_prefill_serves,
+)
 from tests.kernels.paged_case import make_case
 
 pytestmark = pytest.mark.skipif(not {"amx_bf16", "avx512_bf16"} & cpu_flags(),
@@ -52,6 +54,7 @@ def test_matches_the_reference(block_size, heads, kv_heads, head_dim):
 
 def test_the_prompt_op_routes_bfloat16_here_and_float32_elsewhere():
     from torch.profiler import profile
+
     from builtin_engine.kernels.paged_attention_ops import pack_long_runs, prefill_attention_op
     for dtype, here in ((torch.bfloat16, True), (torch.float32, False)):
         case = make_case([90, 130], [90, 50], 16, 9, 3, 64, dtype=dtype, seed=3)

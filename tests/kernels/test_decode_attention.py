@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from builtin_engine.kernels.attention import paged_attention_torch
-from builtin_engine.kernels.decode_attention import (choose_num_splits,
-                                                     paged_decode_attention_triton)
+from builtin_engine.kernels.decode_attention import choose_num_splits, paged_decode_attention_triton
 from tests.kernels.paged_case import make_case
 
 TOL = {torch.float32: 2e-5, torch.float16: 3e-3}

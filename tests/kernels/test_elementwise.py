@@ -1,8 +1,7 @@
 """RMSNorm, rotary, SiLU-and-mul and KV store: Triton vs torch reference vs HF Llama."""
 import pytest
 import torch
-from transformers.models.llama.modeling_llama import (LlamaRMSNorm, apply_rotary_pos_emb,
-                                                      rotate_half)
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb, rotate_half
 
 from builtin_engine.kernels.activation import silu_and_mul_torch, silu_and_mul_triton
 from builtin_engine.kernels.kv_store import store_kv_torch, store_kv_triton

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +16,7 @@ PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
 def greedy_tokens(backend: str) -> dict[str, list[int]]:
     from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
 
     config = EngineConfig(attention_backend=backend, kernels=backend, dtype="float32",
                           num_blocks=32, block_size=16, swap_space_gib=0.0)

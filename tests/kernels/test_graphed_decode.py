@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builtin_engine.config import EngineConfig
-from builtin_engine.graphed_decode import build_graphed_decode
-from builtin_engine.llm_engine import LLMEngine
-from builtin_engine.sampling_params import SamplingParams
+from builtin_engine.core.config import EngineConfig
+from builtin_engine.core.llm_engine import LLMEngine
+from builtin_engine.core.sampling_params import SamplingParams
+from builtin_engine.runner.graphed_decode import build_graphed_decode
 
 # Different lengths, so padded rows sit beside sequences of several block counts.
 PROMPTS = ["The capital of France is", "def add(a, b):\n    return",
@@ -19,7 +19,7 @@ PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
 def generate(attention: str, decode_graphs: str):
     """Greedy tokens per prompt, and the batch sizes that went through the graphed path."""
     from builtin_engine.loader import load_model
-    from builtin_engine.model_runner import ModelRunner
+    from builtin_engine.runner.model_runner import ModelRunner
 
     config = EngineConfig(attention_backend=attention, kernels="torch", dtype="float32",
                           num_blocks=48, block_size=4, swap_space_gib=0.0,

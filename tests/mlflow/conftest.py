@@ -15,7 +15,7 @@ from tests.conftest import free_port, start_process, stop_process, wait_http
 _prefixes = itertools.count(1)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")   # stopped once the folder is done
 def mlflow_uri(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()

@@ -13,9 +13,15 @@ from sqlalchemy import func, select
 from registry.mlflow_merge import resolve_alias
 from registry.mlflow_remote import MlflowUnavailable
 from registry.mlflow_sync import MlflowSync
-from registry.models import AliasHistory, AuditLog
+from registry.orm.audit import AuditLog
+from registry.orm.catalog import AliasHistory
 from registry.queries import (
-    add_version, create_model, delete_alias, get_model, get_snapshot_version, get_version,
+    add_version,
+    create_model,
+    delete_alias,
+    get_model,
+    get_snapshot_version,
+    get_version,
     set_alias,
 )
 from tests.conftest import free_port

@@ -1,7 +1,7 @@
 """Two gateway replicas as real processes (`python -m control_plane gateway`) sharing one
 Postgres database and the real Redis, in front of one simulated builtin engine.
 
-Each test session gets its own Postgres database (created and dropped here) and an API key id
+The tests in this folder get their own Postgres database (created and dropped here) and an API key id
 far from any other test's, so its Redis counters ("inferplane:{rl}:key:<id>:...") collide with
 nothing; only those counters are deleted afterwards.
 """
@@ -59,7 +59,7 @@ def cli(*args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def postgres_url():
     """A fresh database on the real Postgres, dropped at the end."""
     name = f"ip_multi_{uuid.uuid4().hex[:12]}"
@@ -125,7 +125,7 @@ def start_gateway(config: Path, port: int, log: Path):
 TPM_LIMIT = 3000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")   # its processes stop once the folder is done
 def deployment(tmp_path_factory, postgres_url):
     work = tmp_path_factory.mktemp("multi_replica")
     engine_port = free_port()

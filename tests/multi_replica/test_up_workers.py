@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from common.metric_names import Metric
 from control_plane.cli import build_parser
 from control_plane.up_workers import ControlPlaneLink, ControlPlaneRoutes
 from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
@@ -120,8 +121,8 @@ def test_both_workers_serve(stack):
 
 def test_metrics_merge_workers_and_control_plane(stack):
     text = httpx.get(stack["base"] + "/metrics", timeout=10).text
-    assert f'inferplane_backend_healthy{{' in text    # the control plane's engine health
-    assert "inferplane_requests_total{" in text         # the workers' request counts
+    assert f'{Metric.BACKEND_HEALTHY}{{' in text    # the control plane's engine health
+    assert f"{Metric.REQUESTS.total}{{" in text         # the workers' request counts
     names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert len(names) == len(set(names)), "a family appears twice"
 

@@ -13,6 +13,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from common.metric_names import Metric
+
 MODELS = ("smollm2", "llama")
 VERSIONS = ("v1", "v2")
 BACKENDS = ("b1", "b2")
@@ -30,34 +32,34 @@ def build_metrics(registry: CollectorRegistry) -> dict:
 
     mv = ["model", "version"]
     return {
-        "requests": counter("inferplane_requests", [*mv, "code"]),
-        "duration": histogram("inferplane_request_duration_seconds", mv),
-        "ttft": histogram("inferplane_time_to_first_token_seconds", mv),
-        "tpot": histogram("inferplane_time_per_output_token_seconds", mv),
-        "itl": histogram("inferplane_inter_token_latency_seconds", ["model"]),
-        "tokens": counter("inferplane_tokens", [*mv, "kind"]),
-        "queue_depth": gauge("inferplane_queue_depth", ["model", "priority"]),
-        "queue_wait": histogram("inferplane_queue_wait_seconds", ["model", "priority"]),
-        "rejections": counter("inferplane_rejections", ["model", "reason"]),
-        "breaker": gauge("inferplane_circuit_breaker_state", ["backend"]),
-        "routing": counter("inferplane_routing_decisions", ["model", "strategy", "backend"]),
-        "hit_estimate": gauge("inferplane_prefix_cache_hit_estimate", ["model", "backend"]),
-        "lookup_tokens": counter("inferplane_prefix_lookup_tokens", ["model"]),
-        "hit_tokens": counter("inferplane_prefix_hit_tokens", ["model"]),
-        "upstream_errors": counter("inferplane_upstream_errors", ["model", "backend", "kind"]),
-        "spend": counter("inferplane_spend_usd", ["model", "team"]),
-        "healthy": gauge("inferplane_backend_healthy", ["model", "backend"]),
-        "retries": counter("inferplane_retries", ["model"]),
-        "fallbacks": counter("inferplane_fallbacks", ["model"]),
-        "resumes": counter("inferplane_stream_resumes", ["model", "kind"]),
-        "inflight": gauge("inferplane_inflight_requests", ["model", "backend"]),
-        "shadow": counter("inferplane_shadow_requests", [*mv, "outcome"]),
-        "similarity": histogram("inferplane_shadow_similarity", ["model"],
+        "requests": counter(Metric.REQUESTS, [*mv, "code"]),
+        "duration": histogram(Metric.REQUEST_DURATION, mv),
+        "ttft": histogram(Metric.TIME_TO_FIRST_TOKEN, mv),
+        "tpot": histogram(Metric.TIME_PER_OUTPUT_TOKEN, mv),
+        "itl": histogram(Metric.INTER_TOKEN_LATENCY, ["model"]),
+        "tokens": counter(Metric.TOKENS, [*mv, "kind"]),
+        "queue_depth": gauge(Metric.QUEUE_DEPTH, ["model", "priority"]),
+        "queue_wait": histogram(Metric.QUEUE_WAIT, ["model", "priority"]),
+        "rejections": counter(Metric.REJECTIONS, ["model", "reason"]),
+        "breaker": gauge(Metric.CIRCUIT_BREAKER_STATE, ["backend"]),
+        "routing": counter(Metric.ROUTING_DECISIONS, ["model", "strategy", "backend"]),
+        "hit_estimate": gauge(Metric.PREFIX_CACHE_HIT_ESTIMATE, ["model", "backend"]),
+        "lookup_tokens": counter(Metric.PREFIX_LOOKUP_TOKENS, ["model"]),
+        "hit_tokens": counter(Metric.PREFIX_HIT_TOKENS, ["model"]),
+        "upstream_errors": counter(Metric.UPSTREAM_ERRORS, ["model", "backend", "kind"]),
+        "spend": counter(Metric.SPEND_USD, ["model", "team"]),
+        "healthy": gauge(Metric.BACKEND_HEALTHY, ["model", "backend"]),
+        "retries": counter(Metric.RETRIES, ["model"]),
+        "fallbacks": counter(Metric.FALLBACKS, ["model"]),
+        "resumes": counter(Metric.STREAM_RESUMES, ["model", "kind"]),
+        "inflight": gauge(Metric.INFLIGHT_REQUESTS, ["model", "backend"]),
+        "shadow": counter(Metric.SHADOW_REQUESTS, [*mv, "outcome"]),
+        "similarity": histogram(Metric.SHADOW_SIMILARITY, ["model"],
                                 buckets=(0.5, 0.8, 0.9, 0.95, 0.99, 1.0)),
-        "rollout_state": gauge("inferplane_rollout_state", ["model", "rollout"]),
-        "rollout_step": gauge("inferplane_rollout_step_started_timestamp_seconds",
+        "rollout_state": gauge(Metric.ROLLOUT_STATE, ["model", "rollout"]),
+        "rollout_step": gauge(Metric.ROLLOUT_STEP_STARTED,
                               ["model", "rollout"]),
-        "budget": gauge("inferplane_slo_error_budget_remaining", ["model", "slo"]),
+        "budget": gauge(Metric.SLO_ERROR_BUDGET_REMAINING, ["model", "slo"]),
     }
 
 

@@ -10,11 +10,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import delete
 
+from common.metric_names import Metric
 from control_plane.health import HealthProber
 from registry import queries as q
 from registry.db import make_session_factory
 from registry.migrate import upgrade
-from registry.models import Backend
+from registry.orm.catalog import Backend
 from tests.conftest import free_port
 from tests.registry.databases import sqlite_url  # noqa: F401
 
@@ -47,7 +48,7 @@ def sessions(sqlite_url):
 
 def series(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
     return {(s.labels["model"], s.labels["backend"]): s.value
-            for family in registry.collect() if family.name == "inferplane_backend_healthy"
+            for family in registry.collect() if family.name == Metric.BACKEND_HEALTHY
             for s in family.samples}
 
 

@@ -7,13 +7,14 @@ import re
 
 import yaml
 
+from common.metric_names import Metric
 from gateway.observability.metrics import GatewayMetrics
 from gateway.traffic.breaker import BreakerConfig, BreakerRegistry, BreakerState
 from tests.observability.metric_names import DASHBOARD_DIR, ROOT, rules
 
 
 def gauge_value(metrics: GatewayMetrics, backend: str) -> float:
-    return metrics.registry.get_sample_value("inferplane_circuit_breaker_state",
+    return metrics.registry.get_sample_value(Metric.CIRCUIT_BREAKER_STATE,
                                              {"backend": backend})
 
 
@@ -59,9 +60,9 @@ def test_alert_unit_tests_feed_the_gauge_only_breaker_codes():
     fed = []
     for case in tests["tests"]:
         for series in case.get("input_series", []):
-            if series["series"].startswith("inferplane_circuit_breaker_state"):
+            if series["series"].startswith(Metric.CIRCUIT_BREAKER_STATE):
                 fed.append((case["name"], _series_values(series["values"])))
-    assert fed, "no unit test feeds inferplane_circuit_breaker_state"
+    assert fed, f"no unit test feeds {Metric.CIRCUIT_BREAKER_STATE}"
     for name, values in fed:
         assert set(values) <= codes, (name, values)
     firing = [values for name, values in fed if "stays open" in name]

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from common.metric_names import Metric
 from tests.observability.metric_names import DASHBOARD_DIR, dashboard_exprs
 
 EXPECTED = ("gateway-overview.json", "engine-fleet.json", "slo.json", "rollouts.json")
@@ -77,12 +78,12 @@ def test_panels_fit_the_grid_without_overlap(name):
 
 def test_gateway_overview_shows_token_latency_quantiles():
     exprs = " ".join(dashboard_exprs()["gateway-overview.json"])
-    for metric in ("inferplane_time_to_first_token_seconds_bucket",
-                   "inferplane_time_per_output_token_seconds_bucket"):
+    for metric in (f"{Metric.TIME_TO_FIRST_TOKEN}_bucket",
+                   f"{Metric.TIME_PER_OUTPUT_TOKEN}_bucket"):
         for q in ("0.5", "0.95", "0.99"):
             assert f"histogram_quantile({q}, sum by (le) (rate({metric}" in exprs
 
 
 def test_lint_catches_a_fixed_window():
-    bad = 'rate(inferplane_requests_total{job=~"$job"}[5m])'
+    bad = f'rate({Metric.REQUESTS.total}{{job=~"$job"}}[5m])'
     assert RANGE_SELECTOR.findall(bad) == ["5m"]

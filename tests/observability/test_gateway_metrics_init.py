@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from common.metric_names import Metric
 from gateway.observability.metrics import REJECTION_REASONS, STATUS_CODES, GatewayMetrics
 from gateway.traffic.breaker import BreakerState
 
@@ -20,17 +21,17 @@ def test_follow_initialises_each_snapshot_once_and_keeps_existing_values():
     metrics.follow(snapshot(1, [("b1", "v1")]), lambda model: "round_robin")
     for code in STATUS_CODES:
         for version in ("v1", "none"):
-            assert get("inferplane_requests_total",
+            assert get(Metric.REQUESTS.total,
                        {"model": "m", "version": version, "code": code}) == 0
     for reason in REJECTION_REASONS:
-        assert get("inferplane_rejections_total", {"model": "m", "reason": reason}) == 0
-    assert get("inferplane_spend_usd_total", {"model": "m", "team": "blue"}) == 0
-    assert get("inferplane_routing_decisions_total",
+        assert get(Metric.REJECTIONS.total, {"model": "m", "reason": reason}) == 0
+    assert get(Metric.SPEND_USD.total, {"model": "m", "team": "blue"}) == 0
+    assert get(Metric.ROUTING_DECISIONS.total,
                {"model": "m", "strategy": "round_robin", "backend": "b1"}) == 0
-    assert get("inferplane_circuit_breaker_state", {"backend": "b1"}) == BreakerState.CLOSED.code
+    assert get(Metric.CIRCUIT_BREAKER_STATE, {"backend": "b1"}) == BreakerState.CLOSED.code
     metrics.set_breaker("b1", BreakerState.OPEN)
     metrics.follow(snapshot(2, [("b1", "v1"), ("b2", None)]), lambda model: "round_robin")
-    assert get("inferplane_circuit_breaker_state", {"backend": "b1"}) == BreakerState.OPEN.code
-    assert get("inferplane_inflight_requests", {"model": "m", "backend": "b2"}) == 0
-    assert get("inferplane_upstream_errors_total",
+    assert get(Metric.CIRCUIT_BREAKER_STATE, {"backend": "b1"}) == BreakerState.OPEN.code
+    assert get(Metric.INFLIGHT_REQUESTS, {"model": "m", "backend": "b2"}) == 0
+    assert get(Metric.UPSTREAM_ERRORS.total,
                {"model": "m", "backend": "b2", "kind": "connect"}) == 0

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from common.metric_names import EngineMetric
 from tests.conftest import ROOT, free_port, running_up, wait_http
 from tests.observability.metric_names import missing_metrics, names_from_exposition
 from tests.observability.test_prometheus_e2e import query, wait_for_samples
@@ -83,5 +84,5 @@ def test_slo_recording_rules_from_live_traffic(live_stack, prometheus):
     ratios = wait_for_samples(prometheus, "inferplane:sli_error_ratio:rate5m", timeout=60)
     assert any(sample["metric"].get("model") == MODEL for sample in ratios)
     assert wait_for_samples(prometheus, "inferplane:ttft_seconds:p95_rate5m", timeout=30)
-    engine_rate = query(prometheus, 'rate(vllm:generation_tokens_total[1m])')["result"]
+    engine_rate = query(prometheus, f'rate({EngineMetric.GENERATION_TOKENS.total}[1m])')["result"]
     assert engine_rate, "the engine's vLLM-named series reach Prometheus"

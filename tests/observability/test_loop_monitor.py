@@ -6,6 +6,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from common.metric_names import Metric
 from gateway.observability.loop_monitor import LoopMonitor
 
 
@@ -18,15 +19,15 @@ async def test_counts_tasks_and_reports_the_worst_lag_once():
     monitor = LoopMonitor(registry, interval_s=0.02)
     runner = asyncio.create_task(monitor.run())
     await asyncio.sleep(0.05)
-    idle = value(registry, "inferplane_event_loop_tasks")
+    idle = value(registry, Metric.EVENT_LOOP_TASKS)
     sleepers = [asyncio.create_task(asyncio.sleep(1)) for _ in range(5)]
     await asyncio.sleep(0)
-    assert value(registry, "inferplane_event_loop_tasks") == idle + 5
-    value(registry, "inferplane_event_loop_lag_seconds")      # forget start-up lag
+    assert value(registry, Metric.EVENT_LOOP_TASKS) == idle + 5
+    value(registry, Metric.EVENT_LOOP_LAG)      # forget start-up lag
     time.sleep(0.15)                                          # block the loop: ~0.13 s late
     await asyncio.sleep(0.05)
-    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1
-    assert value(registry, "inferplane_event_loop_lag_seconds") < 0.1   # reset by the read
+    assert value(registry, Metric.EVENT_LOOP_LAG) >= 0.1
+    assert value(registry, Metric.EVENT_LOOP_LAG) < 0.1   # reset by the read
     for task in [*sleepers, runner]:
         task.cancel()
     await asyncio.gather(*sleepers, runner, return_exceptions=True)
@@ -38,10 +39,10 @@ async def test_shared_mode_publishes_each_sample_and_keeps_the_worst_lag_for_a_w
     monitor = LoopMonitor(registry, interval_s=0.02, shared=True)
     runner = asyncio.create_task(monitor.run())
     await asyncio.sleep(0.05)
-    assert value(registry, "inferplane_event_loop_tasks") >= 1
+    assert value(registry, Metric.EVENT_LOOP_TASKS) >= 1
     time.sleep(0.15)                                          # block the loop: ~0.13 s late
     await asyncio.sleep(0.05)
-    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1
-    assert value(registry, "inferplane_event_loop_lag_seconds") >= 0.1   # reads reset nothing
+    assert value(registry, Metric.EVENT_LOOP_LAG) >= 0.1
+    assert value(registry, Metric.EVENT_LOOP_LAG) >= 0.1   # reads reset nothing
     runner.cancel()
     await asyncio.gather(runner, return_exceptions=True)

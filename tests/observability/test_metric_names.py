@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from builtin_engine.metrics import EngineMetrics
+from builtin_engine.core.metrics import EngineMetrics
 from gateway.observability.metrics import GatewayMetrics
 from tests.observability import metric_names as mn
 

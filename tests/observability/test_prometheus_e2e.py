@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from common.metric_names import Metric
 from tests.conftest import ROOT, free_port, start_process, stop_process, wait_http
 from tests.observability.metric_names import dashboard_exprs
 
@@ -128,7 +129,7 @@ def must_show_data(expr: str) -> bool:
     if expr.startswith("label_values(") or "ALERTS" in expr:
         return False
     # Real traffic need not touch rejections, breakers or shadows: demand the request panels.
-    return GATEWAY_TARGET is None or "inferplane_requests_total" in expr
+    return GATEWAY_TARGET is None or Metric.REQUESTS.total in expr
 
 
 @pytest.mark.parametrize("board", ["gateway-overview.json", "slo.json", "rollouts.json"])

@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from common.metric_names import Metric
 from gateway.traffic.breaker import BreakerState
 from tests.conftest import free_port, running_up
 from tests.observability.metric_names import (
@@ -24,8 +25,8 @@ MODEL = "smollm2-135m-instruct"
 # One series per rollout or per SLO: none exist on a fresh install, so these families are
 # declared without samples. The rules read them directly (no rate()): no series = no rollout,
 # no objective. The last test shows a budget's series appearing as soon as its SLO exists.
-PER_OBJECT = {"inferplane_rollout_state", "inferplane_rollout_step_started_timestamp_seconds",
-              "inferplane_slo_error_budget_remaining"}
+PER_OBJECT = {Metric.ROLLOUT_STATE, Metric.ROLLOUT_STEP_STARTED,
+              Metric.SLO_ERROR_BUDGET_REMAINING}
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,9 @@ def scrape(stack) -> tuple[str, str]:
 
 def test_every_dashboard_and_rule_metric_has_a_series_before_any_request(quiet_stack):
     gateway, engine = scrape(quiet_stack)
-    assert 'code="200"' in gateway and "inferplane_requests_total" in gateway
+    assert 'code="200"' in gateway and Metric.REQUESTS.total in gateway
     assert " 1.0" not in "".join(line for line in gateway.splitlines()
-                                 if line.startswith("inferplane_requests_total")), \
+                                 if line.startswith(Metric.REQUESTS.total)), \
         "no request was sent, every request counter is zero"
     present = names_with_samples(gateway) | names_with_samples(engine)
     declared = names_from_exposition(gateway)
@@ -64,13 +65,13 @@ def test_known_label_sets_are_initialised(quiet_stack):
     backend_ids = {str(b["id"]) for b in (backend["data"] if "data" in backend else backend)}
     assert backend_ids
     for backend_id in backend_ids:
-        assert (f'inferplane_backend_healthy{{backend="{backend_id}",model="{MODEL}"}} 1.0'
+        assert (f'{Metric.BACKEND_HEALTHY}{{backend="{backend_id}",model="{MODEL}"}} 1.0'
                 in gateway)
-        assert (f'inferplane_circuit_breaker_state{{backend="{backend_id}"}} '
+        assert (f'{Metric.CIRCUIT_BREAKER_STATE}{{backend="{backend_id}"}} '
                 f'{float(BreakerState.CLOSED.code)}' in gateway)
     for reason in ("rate_limit", "queue_full", "no_backend"):
-        assert f'inferplane_rejections_total{{model="{MODEL}",reason="{reason}"}} 0.0' in gateway
-    assert f'inferplane_requests_total{{code="503",model="{MODEL}",version="none"}} 0.0' in gateway
+        assert f'{Metric.REJECTIONS.total}{{model="{MODEL}",reason="{reason}"}} 0.0' in gateway
+    assert f'{Metric.REQUESTS.total}{{code="503",model="{MODEL}",version="none"}} 0.0' in gateway
 
 
 def test_an_slo_budget_series_appears_when_the_slo_is_created(quiet_stack):
@@ -79,7 +80,7 @@ def test_an_slo_budget_series_appears_when_the_slo_is_created(quiet_stack):
                          json={"name": "avail", "model": MODEL, "metric": "availability",
                                "objective": 0.99, "window_s": 3600})
     assert created.status_code == 201, created.text
-    series = f'inferplane_slo_error_budget_remaining{{model="{MODEL}",slo="avail"}}'
+    series = f'{Metric.SLO_ERROR_BUDGET_REMAINING}{{model="{MODEL}",slo="avail"}}'
     deadline = time.monotonic() + 20
     while series not in scrape(quiet_stack)[0]:
         assert time.monotonic() < deadline, "the SLO tracker never exported the new budget"

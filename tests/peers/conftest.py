@@ -1,9 +1,9 @@
-"""Real engines behind the gateway: one vLLM CPU server and one builtin engine per session.
+"""Real engines behind the gateway: one vLLM CPU server and one builtin engine for this folder.
 
 The set-up installs what it needs (bench/install_engines.sh: vLLM in its own venv, the model as
 an HF directory, llama-server), cached under $INFERPLANE_PEERS_DIR (default /work/peers-cache),
 so only the first run on a machine pays for it. vLLM takes 90-200 s to start (torch.compile
-warm-up): it starts once per session, and test_vllm_resume.py, which kills it, sorts last.
+warm-up): it starts once for the folder, and test_vllm_resume.py, which kills it, sorts last.
 
 Tests marked `llamacpp` need llama-server, whose build takes ~8 minutes of both cores (far more
 on a busy host): `make test` runs them when the build is cached, `make test-peers`
@@ -50,13 +50,13 @@ def pytest_collection_modifyitems(config, items):
         items[:] = chosen
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def peer_dirs() -> Path:
     return real.install("vllm", "hf-model")
 
 
 class VllmServer:
-    """The session's vLLM (KV events and runtime LoRA on), started again only if a test killed
+    """The folder's vLLM (KV events and runtime LoRA on), started again only if a test killed
     it and another test needs it after all (test_vllm_resume.py sorts last so none does).
     `begin()` spawns it without waiting, so that another engine can warm up at the same time;
     `get()` waits until it is ready."""
@@ -82,7 +82,7 @@ class VllmServer:
             self.engine.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")   # stopped once the folder is done
 def vllm_server(peer_dirs, tmp_path_factory):
     server = VllmServer(peer_dirs, tmp_path_factory.mktemp("vllm") / "vllm.log")
     yield server
@@ -94,7 +94,7 @@ def vllm(vllm_server):
     return vllm_server.get()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def builtin(tmp_path_factory):
     """A builtin engine serving the same model (the second backend: resume, routing)."""
     log = tmp_path_factory.mktemp("builtin") / "builtin.log"

@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import _real_engines as real
+from common.metric_names import EngineMetric
 from tests.conftest import running_up
 from tests.peers.conftest import make_lora
 
@@ -100,7 +101,7 @@ def _successes(url: str, expect: float | None = None) -> float:
     while True:
         text = httpx.get(url.removesuffix("/v1") + "/metrics", trust_env=False, timeout=10).text
         count = sum(sample.value for family in text_string_to_metric_families(text)
-                    if family.name == "vllm:request_success"
+                    if family.name == EngineMetric.REQUEST_SUCCESS
                     for sample in family.samples if sample.name.endswith("_total"))
         if expect is None or count >= expect or time.monotonic() > deadline:
             return count

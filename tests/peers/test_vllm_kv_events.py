@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench._real_engines import SERVED
+from common.metric_names import EngineMetric, Metric
 from gateway.routing.resident import token_block_hashes
 from tests.peers.conftest import backend_of, gateway, model_of
 
@@ -47,7 +48,7 @@ def direct_chat(engine, messages) -> None:
 
 def prefix_hits(engine) -> float:
     return sum(s.value for f in text_string_to_metric_families(engine.metrics())
-               for s in f.samples if s.name == "vllm:prefix_cache_hits_total")
+               for s in f.samples if s.name == EngineMetric.PREFIX_CACHE_HITS.total)
 
 
 def wait_for(predicate, timeout: float = 10.0, what: str = "") -> None:
@@ -87,7 +88,7 @@ def test_index_agrees_with_vllm_prefix_cache_hits(gw, vllm):
 
 def _decisions(gw, backend_id: str) -> float:
     return gw.state.metrics.registry.get_sample_value(
-        "inferplane_routing_decisions_total",
+        Metric.ROUTING_DECISIONS.total,
         {"model": "m", "strategy": "prefix_aware", "backend": backend_id}) or 0.0
 
 

@@ -7,6 +7,7 @@ import asyncio
 import httpx
 import pytest
 
+from common.metric_names import Metric
 from engine_adapter import create_adapter
 from tests.peers.conftest import backend_of, gateway, make_lora, model_of
 
@@ -30,7 +31,7 @@ def _run(coro_fn, backend):
 
 def _decisions(gw, backend_id: str) -> float:
     return gw.state.metrics.registry.get_sample_value(
-        "inferplane_routing_decisions_total",
+        Metric.ROUTING_DECISIONS.total,
         {"model": "m", "strategy": "lora_affinity", "backend": backend_id}) or 0.0
 
 

@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from common.metric_names import EngineMetric
 from engine_adapter import create_adapter
 from engine_adapter.metrics_parse import parse_load
 from tests.peers.conftest import backend_of, gateway, model_of
@@ -24,8 +25,8 @@ def _load(gw, backend_id: str):
 
 def test_real_metrics_parse_into_a_load_view(vllm):
     text = vllm.metrics()
-    for family in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                   "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries"):
+    for family in (EngineMetric.NUM_REQUESTS_RUNNING, EngineMetric.NUM_REQUESTS_WAITING,
+                   EngineMetric.KV_CACHE_USAGE_PERC, EngineMetric.PREFIX_CACHE_QUERIES):
         assert family in text, family
     view = parse_load("vllm", text)
     assert 0.0 <= view.kv_usage <= 1.0 and view.running >= 0 and view.waiting >= 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from common.metric_names import Metric
 from tests.peers.conftest import backend_of, gateway, model_of
 
 QUESTION = [{"role": "user", "content": "Write a short poem about the sea."}]
@@ -37,4 +38,4 @@ def test_killed_vllm_stream_resumes_on_the_builtin_engine(vllm, builtin):
         usage = chunks[-1]["usage"]
         assert usage["completion_tokens"] > 6
         metrics = c.get("/metrics").text
-        assert 'inferplane_stream_resumes_total{' in metrics
+        assert f'{Metric.STREAM_RESUMES.total}{{' in metrics

@@ -8,7 +8,7 @@ from sqlalchemy import inspect, text
 
 from registry.db import make_engine
 from registry.migrate import VERSION_TABLE, current_revision, downgrade, head_revision, upgrade
-from registry.models import Base
+from registry.orm import Base
 
 REGISTRY_TABLES = set(Base.metadata.tables)
 

@@ -12,7 +12,10 @@ from registry import queries as q
 from registry.access_queries import UsageRecord
 from registry.db import make_session_factory
 from registry.errors import ConflictError, InvalidError, NotFoundError
-from registry.models import AliasHistory, ApiKey, AuditLog, Team, Usage
+from registry.orm.access import ApiKey, Team
+from registry.orm.audit import AuditLog
+from registry.orm.catalog import AliasHistory
+from registry.orm.usage import Usage
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from common.auth.keys import hash_key
 from registry import queries as q
 from registry.db import make_session_factory
-from registry.models import Rollout
+from registry.orm.rollouts import Rollout
 from registry.snapshot import RoutingSnapshot, SplitView, build_snapshot
 
 

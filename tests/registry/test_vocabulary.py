@@ -20,8 +20,9 @@ from common.vocabulary import (
     VersionStatus,
     values,
 )
-from registry import models
-from registry.access_models import ApiKey, Team
+from registry.orm import catalog as models
+from registry.orm.access import ApiKey, Team
+from registry.orm.rollouts import Rollout
 
 
 def allowed(table, column: str) -> str:
@@ -34,7 +35,7 @@ def allowed(table, column: str) -> str:
 @pytest.mark.parametrize("table,column,kind", [
     (models.Model, "tier", Tier), (models.Backend, "tier", Tier),
     (models.Backend, "state", BackendState), (models.ModelVersion, "kind", VersionKind),
-    (models.ModelVersion, "status", VersionStatus), (models.Rollout, "state", RolloutState),
+    (models.ModelVersion, "status", VersionStatus), (Rollout, "state", RolloutState),
     (ApiKey, "role", Role), (ApiKey, "priority", Priority),
     (ApiKey, "budget_period", BudgetPeriod), (Team, "budget_period", BudgetPeriod),
 ])

@@ -8,8 +8,7 @@ from control_plane.rollouts.analysis import measure
 from control_plane.rollouts.metrics_source import parse_metrics
 from control_plane.rollouts.spec import Analysis
 from registry import queries as q
-from registry.models import Slo
-
+from registry.orm.slos import Slo
 from tests.rollouts.conftest import MODEL, Traffic
 
 

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from control_plane.rollouts.metrics_source import parse_metrics
 from control_plane.slo import SloTracker
 from registry import queries as q
-from registry.models import AuditLog, Slo
+from registry.orm.audit import AuditLog
+from registry.orm.slos import Slo
 from registry.queries import get_snapshot_version
 from tests.control_plane.conftest import build_admin_app
-
 from tests.rollouts.conftest import MODEL, Clock, Traffic, seed
 
 URL = "/admin/v1/rollouts"

@@ -7,14 +7,16 @@ import asyncio
 from prometheus_client import generate_latest
 from sqlalchemy import select
 
-from control_plane.rollouts import store, transitions as t
+from common.metric_names import Metric
+from control_plane.rollouts import store
+from control_plane.rollouts import transitions as t
 from control_plane.rollouts.controller import RolloutController
 from control_plane.rollouts.metrics_source import MetricsUnavailable, RegistryMetricsSource
 from control_plane.rollouts.spec import RolloutCreate
 from registry import queries as q
-from registry.models import AuditLog, Slo
+from registry.orm.audit import AuditLog
+from registry.orm.slos import Slo
 from registry.snapshot import SplitView, build_snapshot
-
 from tests.rollouts.conftest import MODEL
 
 ANALYSIS = {"interval_s": 60, "min_requests": 20, "max_error_rate": 0.05,
@@ -89,7 +91,7 @@ async def test_canary_walks_its_steps_and_promotes_by_swapping_the_alias(
     assert splits(sessions) == (SplitView("v2", 1.0),)
 
     text = generate_latest(exported).decode()
-    assert f'inferplane_rollout_state{{model="chat",rollout="{rid}"}} 4.0' in text
+    assert f'{Metric.ROLLOUT_STATE}{{model="chat",rollout="{rid}"}} 4.0' in text
     with sessions() as s:
         actions = s.scalars(select(AuditLog.action).where(AuditLog.resource_type == "rollout"))
         assert {"rollout_progressing", "rollout_promoting", "rollout_succeeded"} <= set(actions)
@@ -291,7 +293,7 @@ async def test_spent_error_budget_pauses_unless_forced(sessions, controller, clo
     await controller.tick()
     r = view(sessions, rid)
     assert r["state"] == "paused" and "SLO 'availability'" in r["reason"]
-    remaining = exported.get_sample_value("inferplane_slo_error_budget_remaining",
+    remaining = exported.get_sample_value(Metric.SLO_ERROR_BUDGET_REMAINING,
                                           {"model": "chat", "slo": "availability"})
     assert abs(remaining - (-4.0)) < 1e-9  # 5 bad where 1 was allowed
 

@@ -17,7 +17,7 @@ from control_plane.tiers import EngineTemplate, TierConfig, TierManager
 from control_plane.tiers.cold_starter import InProcessColdStarter
 from control_plane.tiers.store import set_model_tier
 from gateway.traffic.coldstart import has_ready_backend
-from registry.models import Backend
+from registry.orm.catalog import Backend
 from tests.conftest import free_port
 from tests.control_plane import fake_vllm
 from tests.tiers.conftest import SIM_ARGS, SIM_MODEL, add_model

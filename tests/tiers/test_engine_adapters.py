@@ -6,8 +6,8 @@ import asyncio
 import httpx
 import pytest
 
-from builtin_engine.adapters import AdapterRegistry
-from builtin_engine.protocol import EngineError
+from builtin_engine.errors import EngineError
+from builtin_engine.serving.adapters import AdapterRegistry
 from tests.tiers.conftest import make_peft_dir
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from control_plane.supervisor import EngineProcess, EngineSpec, EngineSupervisor
 from control_plane.tiers import TierConfig, TierManager, decide_tier
-from registry.models import Backend, Model
+from registry.orm.catalog import Backend, Model
 from tests.tiers.conftest import add_model
 
 LIMITS = dict(promote_rps=1.0, demote_rps=0.2, min_dwell_s=30.0)

@@ -10,10 +10,16 @@ import pytest
 from sqlalchemy import select
 
 from control_plane.supervisor import EngineSpec, EngineSupervisor
-from control_plane.tiers import (AdapterManager, AdapterSlotsBusy, NoEngineForAdapter, TierConfig,
-                                 TierManager, UnknownAdapter)
+from control_plane.tiers import (
+    AdapterManager,
+    AdapterSlotsBusy,
+    NoEngineForAdapter,
+    TierConfig,
+    TierManager,
+    UnknownAdapter,
+)
 from registry import queries as q
-from registry.models import Adapter, BackendAdapter
+from registry.orm.catalog import Adapter, BackendAdapter
 from tests.tiers.conftest import add_model, make_peft_dir
 
 RESIDENCY_S = 2.0

@@ -2,6 +2,7 @@
 
     ANTHROPIC_MESSAGES    # the endpoint (a module singleton: it holds no request state)
     return await handle(request, principal, ANTHROPIC_MESSAGES)
+    tokens = await count_tokens(request, principal, ANTHROPIC_COUNT_TOKENS)
 
 Requests are translated by gateway/apis/anthropic/translate.py, answers and streams back by
 it and gateway/apis/anthropic/stream.py; every error (a bad body, a refused key, a rate limit,
@@ -48,4 +49,16 @@ class AnthropicMessages(Endpoint):
         return at.error_body(exc.status, exc.message)
 
 
+class AnthropicCountTokens(AnthropicMessages):
+    """POST /v1/messages/count_tokens: a Messages request without `max_tokens`, counted by the
+    pipeline's `count_tokens` (parse, resolve, access, then the engine's /tokenize)."""
+    name = "anthropic.count_tokens"
+    path = "/v1/messages/count_tokens"
+    schema = at.CountTokensRequest
+
+    def parse(self, raw: bytes) -> ParsedRequest:
+        return self.to_engine(*at.parse_messages_request(raw, at.CountTokensRequest))
+
+
 ANTHROPIC_MESSAGES = AnthropicMessages()
+ANTHROPIC_COUNT_TOKENS = AnthropicCountTokens()

@@ -5,21 +5,15 @@ Anthropic clients send their key as `x-api-key` (the SDK's default) or as a Bear
 Every error, authentication included, is rendered in Anthropic's shape, so authentication
 runs inside the route rather than as a dependency (whose errors take the OpenAI shape).
 """
-import asyncio
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from common.auth.authenticate import authenticate, principal_from_key
 from common.errors import InferplaneError
-from gateway.apis.anthropic import translate as at
-from gateway.apis.anthropic.endpoint import ANTHROPIC_MESSAGES
-from gateway.apis.chat.endpoint import CHAT
-from gateway.apis.schemas import openapi_body
+from common.openapi_doc import openapi_body
+from gateway.apis.anthropic.endpoint import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES
 from gateway.request_path.json_response import OrjsonResponse
-from gateway.request_path.pipeline import handle
-from gateway.request_path.resolve import check_access, resolve_model
-from gateway.routing.precise import TOKENIZE_TIMEOUT_S
+from gateway.request_path.pipeline import count_tokens, handle
 
 router = APIRouter(prefix="/v1", tags=["anthropic"])
 USER_ROLE = {"x-required-role": "user"}   # any valid key, checked inside the route
@@ -51,35 +45,15 @@ async def create_message(request: Request) -> Response:
     return await handle(request, principal, ANTHROPIC_MESSAGES)
 
 
-@router.post("/messages/count_tokens", openapi_extra=openapi_body(at.CountTokensRequest) | USER_ROLE,
+@router.post("/messages/count_tokens",
+             openapi_extra=openapi_body(ANTHROPIC_COUNT_TOKENS.schema) | USER_ROLE,
              response_class=Response, responses=AUTH_ERRORS)
-async def count_tokens(request: Request) -> Response:
+async def count_message_tokens(request: Request) -> Response:
     """{"input_tokens": n}: the engine's count of the rendered prompt (its /tokenize), or the
     gateway's estimate where the engine cannot tokenize."""
     try:
         principal = await anthropic_principal(request)
-        _, req = at.parse_messages_request(await request.body(), at.CountTokensRequest)
-        body = at.to_chat(req)
-        services = request.app.state.gateway
-        model_view, _, _ = resolve_model(services.snapshot, req.model)
-        check_access(principal, req.model, model_view)
-        tokens = await _engine_count(services, model_view, body)
+        tokens = await count_tokens(request, principal, ANTHROPIC_COUNT_TOKENS)
     except InferplaneError as exc:
-        return ANTHROPIC_MESSAGES.error_response(exc)
-    if tokens is None:
-        tokens = CHAT.prompt_tokens(services.limits.estimator, body)
+        return ANTHROPIC_COUNT_TOKENS.error_response(exc)
     return OrjsonResponse({"input_tokens": tokens})
-
-
-async def _engine_count(services, model_view, body: dict) -> int | None:
-    """The prompt's length in the model's tokens, from one ready backend's /tokenize."""
-    for backend in services.router.candidates(model_view.backends)[:2]:
-        request = CHAT.tokenize_body(body, backend.served_model)
-        try:
-            async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
-                tokens = await services.adapters.get(backend).tokenize(request)
-        except TimeoutError:    # a slow engine: the next one, or the estimate
-            tokens = None
-        if tokens is not None:
-            return len(tokens)
-    return None

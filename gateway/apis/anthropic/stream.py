@@ -13,6 +13,7 @@ prompt-token estimate; `message_delta` the engine's final counts (cumulative, as
 """
 from __future__ import annotations
 
+from common.error_codes import UpstreamErrorKind
 from gateway.apis.anthropic.translate import error_body, stop_reason, usage
 from gateway.apis.chunk_reader import ChatChunkReader
 from gateway.apis.events import new_id
@@ -84,7 +85,7 @@ class MessagesStream(ChatChunkReader):
 
     def fail(self, message: str, code: str | None = None) -> list[dict]:
         """The event ending a stream the engine broke (`code`: the gateway's error kind)."""
-        status = 504 if code in ("timeout", "first_token_timeout") else 500
+        status = 504 if code in (UpstreamErrorKind.TIMEOUT, UpstreamErrorKind.FIRST_TOKEN_TIMEOUT) else 500
         return [error_body(status, message)]
 
     def text(self) -> str:

@@ -19,6 +19,7 @@ from typing import Literal, Union
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.apis.events import new_id
 from gateway.apis.schemas import MAX_TOKENS, Count, Int, parse_body
@@ -42,7 +43,7 @@ def error_body(status: int, message: str) -> dict:
 def bad_request(message: str, param: str | None = None) -> OpenAIError:
     """A refusal of a body that matches the published schema: 422, as everywhere in the
     gateway (rendered as Anthropic's invalid_request_error by the endpoint)."""
-    return OpenAIError(422, message, param=param, code="unsupported_value")
+    return OpenAIError(422, message, param=param, code=ErrorCode.UNSUPPORTED_VALUE)
 
 
 class MessageParam(BaseModel):

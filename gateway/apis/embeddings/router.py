@@ -3,8 +3,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from common.auth.authenticate import AuthPrincipal
+from common.openapi_doc import openapi_body
 from gateway.apis.embeddings.endpoint import EMBEDDINGS
-from gateway.apis.schemas import openapi_body
 from gateway.request_path.pipeline import handle
 
 router = APIRouter(prefix="/v1", tags=["openai"])

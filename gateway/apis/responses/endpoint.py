@@ -18,6 +18,7 @@ from __future__ import annotations
 from fastapi.responses import Response
 from starlette.responses import StreamingResponse
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.apis.chat.endpoint import CHAT
 from gateway.apis.endpoint import Endpoint, ParsedRequest
@@ -55,7 +56,7 @@ class ResponsesTurn(Responses):
                 raise OpenAIError(404, f"Previous response with id '{req.previous_response_id}'"
                                   " not found.", type="invalid_request_error",
                                   param="previous_response_id",
-                                  code="previous_response_not_found")
+                                  code=ErrorCode.PREVIOUS_RESPONSE_NOT_FOUND)
             history = previous.conversation
         return cls(req, history, principal.key_id)
 

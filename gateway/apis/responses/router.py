@@ -6,10 +6,11 @@ from fastapi.responses import Response
 
 from common.auth.authenticate import authenticate
 from common.auth.principal import Principal
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
+from common.openapi_doc import openapi_body
 from gateway.apis.responses.endpoint import RESPONSES, ResponsesTurn
 from gateway.apis.responses.store import ResponseStore, response_store
-from gateway.apis.schemas import openapi_body
 from gateway.request_path.pipeline import handle
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -30,7 +31,7 @@ Store = Annotated[ResponseStore, Depends(stored_responses)]
 
 def _not_found(response_id: str) -> OpenAIError:
     return OpenAIError(404, f"No response found with id '{response_id}'.",
-                       type="invalid_request_error", param="response_id", code="not_found")
+                       type="invalid_request_error", param="response_id", code=ErrorCode.NOT_FOUND)
 
 
 # items, tools and formats are free-form objects in the schema: one that is not served is a 422
@@ -43,7 +44,7 @@ REFUSED = {422: {"description": "Well-formed, but an input item, tool or format 
 async def create_response(request: Request, principal: AuthPrincipal, store: Store) -> Response:
     raw = await request.body()
     if len(raw) > request.app.state.gateway.settings.max_body_bytes:
-        raise OpenAIError(413, "request body too large", code="body_too_large")
+        raise OpenAIError(413, "request body too large", code=ErrorCode.BODY_TOO_LARGE)
     turn = await ResponsesTurn.prepare(raw, principal, store)
     return await turn.stored(await handle(request, principal, turn), store)
 

@@ -19,6 +19,7 @@ from typing import Literal, Union
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from gateway.apis.events import new_id
 from gateway.apis.schemas import Count, parse_body
@@ -52,7 +53,7 @@ def parse_responses_request(raw: bytes) -> tuple[dict, ResponsesRequest]:
 def _bad(message: str, param: str) -> OpenAIError:
     # The published schema takes any item object: a refusal of one that matches it is a 422
     # (the gateway's rule: 400 only for a body that does not match the schema).
-    return OpenAIError(422, message, param=param, code="unsupported_value")
+    return OpenAIError(422, message, param=param, code=ErrorCode.UNSUPPORTED_VALUE)
 
 
 # ---------------------------------------------------------------- request -> chat

@@ -1,0 +1,151 @@
+"""The apps the server processes run, and the pieces `up` reuses to put them in one app:
+
+    async with control_plane_app(settings, gateway_metrics_urls) as app: ...
+                                   # admin API, console, /metrics, fleet and controllers
+    await serve_gateway(settings, sock, link=None)
+                                   # one gateway process (`link`: a worker of `up --workers`)
+    controller = mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller)
+    loop = mlflow_sync(settings, app, sessions, snapshots)   # None without MLflow configured
+    async with usage_to_sql(app, sessions): ...              # gateway usage rows into SQL
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from control_plane.fleet import prepare_database, running_fleet
+from control_plane.server_process import configure_engine_keys, uvicorn_server
+from control_plane.settings import Settings
+
+log = logging.getLogger("inferplane")
+
+
+def gateway_settings(settings: Settings):
+    return settings.gateway  # validated with the file, top-level routing/redis_url applied
+
+
+def on_registry_change(snapshots):
+    def refresh() -> None:
+        snapshots.refresh()
+        snapshots.publish()
+    return refresh
+
+
+def mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller):
+    """Admin API and tiers routes on `app`; returns `make_controller(slo)`, the rollout
+    controller built around the SLO tracker the admin API shares."""
+    from control_plane.admin import include_admin_routers
+    from control_plane.slo import SloTracker
+    from control_plane.tiers import build_tiers_router
+
+    slo = SloTracker(sessions, registry=registry)
+    include_admin_routers(app, sessions, snapshots, slo)
+    app.include_router(build_tiers_router(tiers))
+    return make_controller(slo)
+
+
+def mlflow_sync(settings: Settings, app, sessions, snapshots):
+    """The optional MLflow Model Registry sync: its admin route now, its loop as a coroutine."""
+    if settings.mlflow is None:
+        return None
+    from control_plane.mlflow_api import build_mlflow_router
+    from registry.mlflow_sync import MlflowSync
+
+    sync = MlflowSync(sessions, settings.mlflow.tracking_uri, prefix=settings.mlflow.prefix)
+    app.include_router(build_mlflow_router(sync, snapshots))
+    return sync.run(settings.mlflow.interval_s, settings.mlflow.direction)
+
+
+@contextlib.asynccontextmanager
+async def usage_to_sql(app, sessions):
+    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit."""
+    from control_plane.usage_sink import sql_usage_writer
+
+    writer = sql_usage_writer(sessions)
+    await writer.start()
+    app.state.gateway.usage_sinks.append(writer.record)
+    try:
+        yield writer
+    finally:
+        await writer.close()
+
+
+def allowlist(settings: Settings):
+    from control_plane.backend_allowlist import BackendAllowlist
+
+    return BackendAllowlist.from_networks(settings.backends.allowed_networks)
+
+
+async def serve_gateway(settings: Settings, sock, link=None) -> None:
+    """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`."""
+    from control_plane.snapshots import SnapshotSource
+    from registry.db import make_session_factory
+
+    if link is not None:   # the registry exists once the control plane answers
+        await link.wait_ready()
+    # Replicas read the registry the control plane migrates and writes; they never change it.
+    configure_engine_keys(settings, create=False)
+    sessions = make_session_factory(settings.resolved_database_url())
+    snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
+    snapshots.refresh()
+    task = asyncio.create_task(snapshots.run())
+    try:
+        from gateway.app import create_gateway_app
+        cold_starter = link.cold_starter(snapshots) if link is not None else None
+        app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter)
+        front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
+        async with usage_to_sql(app, sessions), front as served:
+            await uvicorn_server(served, settings).serve(sockets=[sock])
+    finally:
+        task.cancel()
+
+
+def _gateway_metrics(urls: list[str], registry):
+    """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
+    is inconclusive and rollouts pause for an operator."""
+    from control_plane.rollouts.metrics_source import MetricsSource, RegistryMetricsSource
+
+    if urls:
+        return MetricsSource(urls)
+    log.warning("gateway_metrics_urls is empty: rollout analysis has no gateway metrics")
+    return RegistryMetricsSource(registry)
+
+
+@contextlib.asynccontextmanager
+async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str]):
+    """The control plane's app (admin API, console, /metrics) with its fleet and controllers
+    running until the block exits; rollouts analyse the gateways at `gateway_metrics_urls`."""
+    from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry, make_asgi_app
+
+    from common.auth.authenticate import install_auth
+    from control_plane.console import mount_console
+    from control_plane.rollouts import RolloutController
+    from control_plane.snapshots import SnapshotSource
+
+    configure_engine_keys(settings, create=True)
+    sessions = prepare_database(settings)
+    snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
+    async with running_fleet(settings, sessions, snapshots) as fleet:
+        app = FastAPI(title="Inferplane control plane")
+        app.state.backend_allowlist = allowlist(settings)
+        install_auth(app, gateway_settings(settings), snapshots)
+        registry = CollectorRegistry()
+        fleet.health.export_to(registry)
+        controller = mount_control_plane(
+            app, sessions, snapshots, registry, fleet.tiers,
+            lambda slo: RolloutController(sessions, _gateway_metrics(gateway_metrics_urls,
+                                                                     registry),
+                                          on_registry_change(snapshots), slo=slo,
+                                          registry=registry, tick_s=settings.rollout_tick_s))
+        mount_console(app)
+        app.mount("/metrics", make_asgi_app(registry))
+        fleet.run(controller.run())
+        if (mlflow_loop := mlflow_sync(settings, app, sessions, snapshots)) is not None:
+            fleet.run(mlflow_loop)
+        yield app
+
+
+__all__ = ["allowlist", "control_plane_app", "gateway_settings", "mlflow_sync",
+           "mount_control_plane", "on_registry_change", "serve_gateway", "usage_to_sql"]
