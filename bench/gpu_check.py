@@ -120,7 +120,7 @@ def check_attention(results: list, dtype: torch.dtype) -> None:
     from builtin_engine.kernels.attention import paged_attention_torch
     from builtin_engine.kernels.decode_attention import paged_decode_attention_triton
     from builtin_engine.kernels.prefill_attention import paged_prefill_attention_triton
-    from tests.kernels.paged_case import make_case
+    from tests.builtin_engine.kernels.paged_case import make_case
     gen = torch.Generator().manual_seed(0)
     max_len, batch, q_max, prefix_max = sizes([4096, 48, 600, 1500], [40, 3, 8, 24])
     for hq, hk, d, bs in sizes([(9, 3, 64, 16), (32, 8, 128, 16), (32, 4, 128, 32),
@@ -149,7 +149,7 @@ def bench_decode(rows: list) -> None:
         choose_num_splits,
         paged_decode_attention_triton,
     )
-    from tests.kernels.paged_case import make_case
+    from tests.builtin_engine.kernels.paged_case import make_case
     dtype = torch.bfloat16 if DEV == "cuda" else torch.float16
     for hq, hk, d, batch, ctx in sizes([(32, 8, 128, 1, 8192), (32, 8, 128, 32, 2048),
                                         (32, 8, 128, 64, 4096), (32, 8, 128, 128, 1024),
@@ -175,7 +175,7 @@ def bench_decode(rows: list) -> None:
 
 def bench_prefill(rows: list) -> None:
     from builtin_engine.kernels.prefill_attention import paged_prefill_attention_triton
-    from tests.kernels.paged_case import make_case
+    from tests.builtin_engine.kernels.paged_case import make_case
     dtype = torch.bfloat16 if DEV == "cuda" else torch.float16
     for hq, hk, d, batch, q_len, prefix in sizes([(32, 8, 128, 4, 2048, 0),
                                                   (32, 8, 128, 4, 512, 2048),
@@ -222,7 +222,7 @@ def check_cuda_graphs(report: dict) -> None:
     from builtin_engine.kernels.attention import AttentionMetadata
     from builtin_engine.kernels.cuda_graphs import DecodeGraphs
     from builtin_engine.kernels.decode_attention import paged_decode_attention_triton
-    from tests.kernels.paged_case import make_case
+    from tests.builtin_engine.kernels.paged_case import make_case
     max_b, ctx = sizes([32, 1024], [8, 40])
     dtype = torch.bfloat16 if DEV == "cuda" else torch.float16
     case = make_case([ctx] * max_b, [1] * max_b, 16, 32, 8, 128, dtype, device=DEV)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,10 +19,10 @@ from builtin_engine.loader.resolve import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 # Engines under test run their decode step eagerly unless a test asks for the compiled one
-# (tests/engine_compile): compiling costs each engine start up to a minute on a small CPU.
+# (tests/builtin_engine/compiled_step): compiling costs each engine start up to a minute on a small CPU.
 os.environ.setdefault("INFERPLANE_COMPILE", "0")
 # Triton reads TRITON_INTERPRET once, at its first import, and torch._dynamo imports triton
-# while tests/engine_compile is collected, before tests/kernels/conftest.py could set it: set
+# while tests/builtin_engine/compiled_step is collected, before tests/builtin_engine/kernels/conftest.py could set it: set
 # here, the kernel tests get the interpreter they need on CPU tensors whatever runs first.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -109,14 +110,14 @@ def running_up(work: Path, config: dict, ready_path: str = "/readyz", timeout: f
 # still mark themselves (pytestmark).
 MARKED_FIXTURES = {
     "slow": [
-        "tests/engine_model/conftest.py::loaded",
-        "tests/engine_model/conftest.py::hf_model",
-        "tests/engine_model/test_quantization.py::int8_runner",
-        "tests/engine_lora/conftest.py::loaded",
-        "tests/engine_lora/conftest.py::peft_model",
-        "tests/engine_spec/conftest.py::loaded_fp32",
-        "tests/engine_structured/test_structured_server.py::url",
-        "tests/client_apis/conftest.py::up",
+        "tests/builtin_engine/model/conftest.py::loaded",
+        "tests/builtin_engine/model/conftest.py::hf_model",
+        "tests/builtin_engine/model/test_quantization.py::int8_runner",
+        "tests/builtin_engine/lora/conftest.py::loaded",
+        "tests/builtin_engine/lora/conftest.py::peft_model",
+        "tests/builtin_engine/spec_decode/conftest.py::loaded_fp32",
+        "tests/builtin_engine/structured/test_structured_server.py::url",
+        "tests/gateway/apis/conftest.py::up",
         "tests/e2e/test_quickstart.py::stack",
         "tests/observability/test_zero_traffic.py::quiet_stack",
     ],
@@ -125,28 +126,28 @@ MARKED_FIXTURES = {
         "tests/peers/conftest.py::builtin",
     ],
     "browser": [
-        "tests/console/conftest.py::browser",
+        "tests/control_plane/console/conftest.py::browser",
     ],
     "e2e": [
-        "tests/alerting/test_alert_delivery.py::stack",
-        "tests/client_apis/conftest.py::up",
-        "tests/console/test_console_browser.py::stack",
+        "tests/alerts/test_alert_delivery.py::stack",
+        "tests/gateway/apis/conftest.py::up",
+        "tests/control_plane/console/test_console_browser.py::stack",
         "tests/e2e/test_cold_start.py::stack",
         "tests/e2e/test_db_outage.py::stack",
         "tests/e2e/test_quickstart.py::stack",
-        "tests/e2e_rollouts/conftest.py::stack",
-        "tests/edges/test_connections.py::up",
-        "tests/faults/test_budget_holds.py::replicas",
-        "tests/faults/test_engine_faults.py::stack",
-        "tests/faults/test_leader_failover.py::cluster",
-        "tests/faults/test_postgres_outage.py::stack",
-        "tests/faults/test_redis_outage.py::gateways",
+        "tests/e2e/rollouts/conftest.py::stack",
+        "tests/common/test_connections.py::up",
+        "tests/e2e/faults/test_budget_holds.py::replicas",
+        "tests/e2e/faults/test_engine_faults.py::stack",
+        "tests/e2e/faults/test_leader_failover.py::cluster",
+        "tests/e2e/faults/test_postgres_outage.py::stack",
+        "tests/e2e/faults/test_redis_outage.py::gateways",
         "tests/gateway/test_embeddings.py::stack",
         "tests/gateway/test_precise_prefix.py::sims",      # 3 builtin engines streaming KV events
         "tests/gateway/test_worker_metrics.py::gateway",    # `gateway --workers` + an engine
-        "tests/gateway/test_workers.py::gateway",
-        "tests/multi_replica/conftest.py::deployment",
-        "tests/multi_replica/test_up_workers.py::stack",
+        "tests/common/test_workers.py::gateway",
+        "tests/e2e/multi_replica/conftest.py::deployment",
+        "tests/e2e/multi_replica/test_up_workers.py::stack",
         "tests/observability/test_live_stack.py::live_stack",
         "tests/observability/test_prometheus_e2e.py::prometheus",   # Prometheus scraping
         "tests/observability/test_zero_traffic.py::quiet_stack",
@@ -155,17 +156,17 @@ MARKED_FIXTURES = {
 MARKED_NODES = {
     "peers": [
         "tests/peers/",
-        "tests/bench_smoke/test_peer_benches.py::test_routing_peers_compares_strategies",
+        "tests/bench/test_peer_benches.py::test_routing_peers_compares_strategies",
     ],
     "e2e": [
-        "tests/bench_smoke/test_peer_benches.py::",        # the gateway and engines as processes
-        "tests/bench_smoke/test_bench_serve.py::",         # bench/serve.py against an engine
-        "tests/bench_smoke/test_soak.py::",                # traffic through `inferplane up`
+        "tests/bench/test_peer_benches.py::",        # the gateway and engines as processes
+        "tests/bench/test_bench_serve.py::",         # bench/serve.py against an engine
+        "tests/bench/test_soak.py::",                # traffic through `inferplane up`
         "tests/control_plane/test_leader.py::test_one_leads_the_other_takes_over",  # 2 control planes
         "tests/deploy/test_gateway_drain.py::test_sigterm_lets_the_stream_in_flight_finish",
-        "tests/tiers/test_adapter_requests.py::",          # gateway -> control plane -> engine
-        "tests/tiers/test_cold_start.py::",                # the supervisor starts, stops engines
-        "tests/tiers/test_wake_api.py::",                  # a gateway wakes a model over HTTP
+        "tests/control_plane/tiers/test_adapter_requests.py::",          # gateway -> control plane -> engine
+        "tests/control_plane/tiers/test_cold_start.py::",                # the supervisor starts, stops engines
+        "tests/control_plane/tiers/test_wake_api.py::",                  # a gateway wakes a model over HTTP
     ],
 }
 
@@ -184,8 +185,26 @@ def _fixture_ids(item: pytest.Item) -> set[str]:
     return ids
 
 
+def stale_marker_entries() -> list[str]:
+    """Listed fixtures or nodes whose file (or fixture in it) no longer exists: a moved or
+    renamed test would otherwise silently lose its marker."""
+    stale = []
+    for entries in (*MARKED_FIXTURES.values(), *MARKED_NODES.values()):
+        for entry in entries:
+            path, _, name = entry.partition("::")
+            source = ROOT / path
+            if not source.exists():
+                stale.append(entry)
+            elif name and source.is_file() and not re.search(
+                    rf"^(async )?def {re.escape(name.split('[')[0])}\b", source.read_text(), re.M):
+                stale.append(entry)
+    return stale
+
+
 @pytest.hookimpl(tryfirst=True)   # before `-m` deselects by these markers
 def pytest_collection_modifyitems(config, items):
+    if stale := stale_marker_entries():
+        raise pytest.UsageError(f"tests/conftest.py marks what no longer exists: {stale}")
     for item in items:
         used = _fixture_ids(item)
         for marker in ("slow", "peers", "browser", "e2e"):

@@ -17,7 +17,7 @@ The packed copy is keyed by the dense weight's storage address, which stays put 
 model's lifetime (the entry is dropped when the weight is freed); the dense weight is kept (LoRA merges, quantization and tests read it), so
 packing adds one copy of the projection weights to memory. Results differ from `F.linear`
 by float rounding only (a different summation order): greedy text in float32 stays identical
-to HF transformers (tests/engine_model/test_packed_linear.py and the parity tests).
+to HF transformers (tests/builtin_engine/model/test_packed_linear.py and the parity tests).
 """
 from __future__ import annotations
 

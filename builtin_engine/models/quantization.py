@@ -6,7 +6,7 @@
 Each projection keeps int8 values and one scale per output row (max |w| / 127), a quarter of
 the float32 bytes. The matmul runs in the activation dtype on the dequantised weight and the
 row scale is applied to the output, so the only error is the weight rounding (measured as
-next-token KL against float32 in tests/engine_model/test_quantization.py). Embeddings, norms
+next-token KL against float32 in tests/builtin_engine/model/test_quantization.py). Embeddings, norms
 and the LM head stay in full precision: they are a small part of the compute and the most
 sensitive to rounding.
 """

@@ -17,7 +17,7 @@ MODEL = "slow"
 @pytest.fixture
 def slow_engine(tmp_path):
     port = free_port()
-    proc = start_process(["-m", "tests.e2e_rollouts.flaky_engine", "--port", str(port),
+    proc = start_process(["-m", "tests.e2e.rollouts.flaky_engine", "--port", str(port),
                           "--name", MODEL, "--fail-ratio", "0"], log_path=tmp_path / "engine.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=30)

@@ -12,7 +12,7 @@ from openai import OpenAI
 from common.metric_names import Metric
 from control_plane.settings import Settings
 from tests.conftest import free_port, running_up
-from tests.faults.conftest import metric_sum, samples
+from tests.e2e.faults.conftest import metric_sum, samples
 
 MODEL = "all-minilm-l6-v2"
 PRICE_IN = 0.5  # USD per 1k input tokens: large, so small requests show in spend

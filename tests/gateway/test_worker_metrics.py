@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.metric_names import Metric
 from tests.conftest import free_port, start_process, stop_process, wait_http
-from tests.multi_replica.conftest import MODEL, cli, write_config
+from tests.e2e.multi_replica.conftest import MODEL, cli, write_config
 
 WORKERS = 2
 REQUESTS = 16

@@ -1,0 +1,126 @@
+"""`inferplane gateway --workers 2` without Redis: two real worker processes on one port, and
+one rate limit enforced exactly by both together (the supervisor's shared store), over real
+HTTP in front of the simulated builtin engine."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import psutil
+import pytest
+
+from common.workers import MAX_FAILED_STARTS
+from gateway.limits.budget import Budget
+from gateway.limits.shared import LimitsOwner, SharedRateLimiter, SharedSpendTracker
+from gateway.limits.types import Limit
+from tests.conftest import free_port, start_process, stop_process, wait_http
+from tests.e2e.multi_replica.conftest import MODEL, cli, start_sim_engine, write_config
+
+RPM = 12
+WORKERS = 2
+
+
+def _config(work, engine_port: int):
+    """The replicas' config with SQLite and no Redis (YAML null): the embedded default."""
+    return write_config(work / "inferplane.yaml", f"sqlite:///{work / 'data' / 'ip.db'}",
+                        "null", engine_port)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    from control_plane.bootstrap import register_models
+    from control_plane.settings import load_settings
+    from registry.db import make_session_factory
+
+    work = tmp_path_factory.mktemp("workers")
+    engine_port, port = free_port(), free_port()
+    config = _config(work, engine_port)
+    cli("db", "upgrade", "--config", str(config))
+    secret = cli("keys", "create", "--name", "w", "--rpm-limit", str(RPM), "--config",
+                 str(config)).strip().splitlines()[-1]
+    settings = load_settings(config)
+    register_models(make_session_factory(settings.resolved_database_url()), settings)
+    engine = start_sim_engine(engine_port, work / "engine.log")
+    proc = start_process(["-m", "control_plane", "gateway", "--config", str(config), "--port",
+                          str(port), "--workers", str(WORKERS)], log_path=work / "gateway.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
+        yield f"http://127.0.0.1:{port}", secret, proc
+    finally:
+        stop_process(proc)
+        stop_process(engine)
+
+
+async def _fire(base: str, secret: str, n: int) -> list[int]:
+    """n concurrent requests, each on a connection of its own (so both workers get some)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    async def one() -> int:
+        async with httpx.AsyncClient(base_url=base, timeout=60, trust_env=False) as client:
+            r = await client.post("/v1/chat/completions", json=body,
+                                  headers={"authorization": f"Bearer {secret}"})
+            return r.status_code
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_two_workers_enforce_one_rpm_limit_exactly(gateway):
+    base, secret, proc = gateway
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == WORKERS and all(w.is_running() for w in workers)
+    before = [w.cpu_times().user + w.cpu_times().system for w in workers]
+    codes = asyncio.run(_fire(base, secret, 3 * RPM))
+    assert sorted(set(codes)) == [200, 429], codes
+    assert codes.count(200) == RPM, codes   # per-worker stores would admit up to 2 * RPM
+    after = [w.cpu_times().user + w.cpu_times().system for w in workers]
+    assert all(b > a for a, b in zip(before, after)), "a worker served nothing"
+
+
+def test_stopping_the_supervisor_stops_every_worker(gateway):
+    _, _, proc = gateway
+    workers = psutil.Process(proc.pid).children()
+    os.kill(proc.pid, signal.SIGTERM)   # the supervisor alone: it must pass the stop on
+    assert proc.wait(timeout=30) == 0
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+
+
+async def _shared_budget_race(path: str) -> list[bool]:
+    owner = LimitsOwner(path)
+    await owner.start()
+    trackers = [SharedSpendTracker(path) for _ in range(3)]   # three "workers"
+    budget = [Budget("key", "b1", 1.0)]
+    try:
+        results = await asyncio.gather(*(t.reserve(budget, 0.125) for t in trackers
+                                         for _ in range(8)))
+        held = [hold for hold, refused in results if hold is not None]
+        await asyncio.gather(*(trackers[0].settle(h, 0.0625) for h in held))
+        spent = await trackers[1].spent(budget[0])
+        limiter = SharedRateLimiter(path)
+        decisions = [await limiter.acquire([Limit("key", "r1", rpm=2)], 1) for _ in range(3)]
+        await limiter.close()
+        return [len(held) == 8, abs(spent - 0.5) < 1e-9,
+                [d.allowed for d in decisions] == [True, True, False]]
+    finally:
+        for t in trackers:
+            await t.close()
+        await owner.close()
+
+
+def test_shared_store_budget_holds_and_limits_are_exact(tmp_path):
+    assert asyncio.run(_shared_budget_race(str(tmp_path / "limits.sock"))) == [True] * 3
+
+
+def test_replacing_gives_up_on_workers_that_die_at_start():
+    """replace=True (`up --workers`) forks a dead worker again, but not forever: after
+    MAX_FAILED_STARTS short-lived workers in a row the supervisor stops with their status."""
+    program = ("import sys; from common.workers import serve_workers; "
+               "sys.exit(serve_workers([None], lambda _: 3, None, replace=True))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("in its place") == MAX_FAILED_STARTS - 1, done.stderr
+    assert done.stderr.count("stopping the others") == 1, done.stderr
