@@ -6,6 +6,7 @@ imported on first use: a gateway without hosted backends never pays its import c
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, AsyncIterator
 
 import orjson
@@ -15,10 +16,14 @@ from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadVi
 
 
 def _litellm() -> Any:
+    # litellm fetches its model cost map from the internet when it is imported unless told to
+    # use the copy it ships: a gateway must not reach out at run time (nor wait on it offline).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm
     except ImportError as exc:  # the optional extra is not installed
-        raise EngineError(UpstreamErrorKind.CONNECT, "hosted backends need `pip install inferplane[hosted]`") from exc
+        raise EngineError(UpstreamErrorKind.CONNECT,
+                          "hosted backends need `pip install inferplane[hosted]`") from exc
     return litellm
 
 

@@ -4,8 +4,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from common.auth.authenticate import authenticate
-from common.auth.principal import Principal
+from common.auth.authenticate import AuthPrincipal
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.openapi_doc import openapi_body
@@ -25,7 +24,6 @@ def stored_responses(request: Request) -> ResponseStore:
     return store
 
 
-AuthPrincipal = Annotated[Principal, Depends(authenticate)]
 Store = Annotated[ResponseStore, Depends(stored_responses)]
 
 
