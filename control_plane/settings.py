@@ -135,6 +135,16 @@ class TierSettings(BaseModel):
         return self
 
 
+class LeaderSettings(BaseModel):
+    """How control planes sharing one registry elect the one that leads (control-plane only;
+    `inferplane up` is one process and always leads)."""
+    model_config = ConfigDict(extra="forbid")
+    # database: PostgreSQL's advisory lock (SQLite: one control plane); redis: a lease in Redis
+    lock: Literal["database", "redis"] = "database"
+    lease_ms: int = Field(10_000, ge=1_000, le=300_000)   # a crashed leader's lease runs out
+    key: str = Field("inferplane:leader", min_length=1)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     data_dir: str = ".inferplane"
@@ -150,6 +160,7 @@ class Settings(BaseModel):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     mlflow: MlflowSettings | None = None  # optional Model Registry sync
     tiers: TierSettings = Field(default_factory=TierSettings)
+    leader: LeaderSettings = Field(default_factory=LeaderSettings)
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
     rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
     health_interval_s: float = Field(2.0, gt=0, le=300)  # probe rounds of unmanaged backends
@@ -173,6 +184,8 @@ class Settings(BaseModel):
             self.gateway.routing = self.routing
         if "redis_url" not in given:
             self.gateway.redis_url = self.redis_url
+        if self.leader.lock == "redis" and not self.redis_url:
+            raise ValueError("leader.lock: redis needs redis_url")
         return self
 
 

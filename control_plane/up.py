@@ -83,9 +83,9 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
 
 
 async def _control_plane(settings: Settings, sock) -> None:
-    from control_plane.leader import LeaderLock
+    from control_plane.leadership.election import leader_for
 
-    leader = LeaderLock(settings.resolved_database_url())
+    leader = leader_for(settings)
     await leader.acquire(on_wait=lambda: say("standby: another control plane leads"))
     server = asyncio.create_task(_lead_control_plane(settings, sock))
     lost = asyncio.create_task(leader.hold())
@@ -99,7 +99,7 @@ async def _control_plane(settings: Settings, sock) -> None:
         server.result()
     finally:
         lost.cancel()
-        leader.release()
+        await leader.release()
 
 
 async def _lead_control_plane(settings: Settings, sock) -> None:

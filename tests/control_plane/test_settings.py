@@ -61,6 +61,14 @@ def test_bad_values_name_their_place_too(tmp_path):
     assert "'hot', 'warm' or 'cold'" in message and "hysteresis" in message
 
 
+def test_a_redis_leader_lease_needs_redis(tmp_path):
+    message = refusal(tmp_path, {"leader": {"lock": "redis"}})
+    assert "leader.lock: redis needs redis_url" in message
+    assert "leader.lock: " in refusal(tmp_path, {"leader": {"lock": "zookeeper"}})
+    assert "leader.lease_ms: " in refusal(tmp_path, {"redis_url": "redis://127.0.0.1:6379/0",
+                                                     "leader": {"lock": "redis", "lease_ms": 5}})
+
+
 def test_sections_are_typed_once_with_top_level_shorthands_applied(tmp_path):
     settings = load_settings(write(tmp_path, {
         "redis_url": "redis://127.0.0.1:6379/3", "routing": {"strategy": "p2c"},

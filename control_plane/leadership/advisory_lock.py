@@ -1,4 +1,4 @@
-"""One control plane leads: it supervises engines and runs the controllers; others stand by.
+"""Leader election through the registry's database (`leader.lock: database`, the default).
 
 PostgreSQL: a session-level advisory lock held on a dedicated connection. When the leader dies
 its connection closes and the lock frees, so a standby takes over within one poll. If the
@@ -19,7 +19,7 @@ log = logging.getLogger("inferplane.leader")
 LOCK_KEY = 0x1F_E7_9A_1E  # any fixed 64-bit key shared by every control plane of a database
 
 
-class LeaderLock:
+class AdvisoryLock:
     def __init__(self, database_url: str, poll_s: float = 1.0):
         self.url = normalize_url(database_url)
         self.poll_s = poll_s
@@ -69,7 +69,7 @@ class LeaderLock:
                 log.error("lost the leader lock's connection: %s", exc)
                 return
 
-    def release(self) -> None:
+    async def release(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -1,0 +1,1 @@
+"""Which control plane leads when several share one registry (see election.py)."""
