@@ -7,8 +7,9 @@ PostgreSQL's advisory locks, or where the database is shared with other tenants.
     await lease.hold()                                      # returns when leadership is lost
     await lease.release()
 
-The lease is one key set with SET NX PX; whoever sets it leads and takes the next fencing
-token (INCR of `<key>:fence`), which is also the key's value, so a renewal (PEXPIRE) or a
+The lease is one key, set only where it is absent and with an expiry (SET NX PX, done in one
+Lua script with the INCR of `<key>:fence`): whoever sets it leads and takes the next fencing
+token, which is also the key's value, so a renewal (PEXPIRE) or a
 release (DEL) only ever touches this holder's own lease. A leader renews every third of the
 lease. It steps down when a renewal finds the lease gone or someone else's (it was paused past
 its lease), and also when it could not renew for two thirds of the lease (Redis unreachable):
