@@ -67,7 +67,35 @@ class ModelSpec(BaseModel):
             self.model = self.name
         if self.executable and self.engine != EngineKind.VLLM:
             raise ValueError(f"executable applies to engine: vllm, not {self.engine}")
+        for flag, value in self.engine_args.items():
+            check_engine_arg(flag, value)
+        for name, value in self.engine_env.items():
+            if not ENV_NAME.match(name) or "\0" in value:
+                raise ValueError(f"engine_env: {name!r} is not an environment variable name "
+                                 "(or its value holds a NUL)")
         return self
+
+
+# What a started engine's command line may carry: `--flag value` pairs from engine_args, whose
+# names are plain identifiers and whose values are scalars (or lists of them) on one line; the
+# executable itself comes from `tiers.executables` (see Settings), never from the admin API.
+FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_engine_arg(flag: str, value: Any) -> None:
+    if not FLAG_NAME.match(flag):
+        raise ValueError(f"engine_args: {flag!r} is not a flag name (letters, digits, _ and -)")
+    if value is None or isinstance(value, dict):   # None: left out; a dict goes as one JSON value
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, (str, int, float, bool)):
+            raise ValueError(f"engine_args.{flag}: values are strings, numbers, booleans, "
+                             "objects or lists of scalars")
+        if isinstance(item, str) and (_CONTROL.search(item) or len(item) > 4096):
+            raise ValueError(f"engine_args.{flag}: a value holds a control character or is "
+                             "longer than 4096 characters")
 
 
 class MlflowSettings(BaseModel):
@@ -123,6 +151,9 @@ class TierSettings(BaseModel):
     max_loras: int = Field(4, ge=1)
     min_residency_s: float = Field(30.0, ge=0)
     tick_s: float = Field(1.0, gt=0)
+    # The executables engines may be started with besides this interpreter (the builtin
+    # engine): a model's `executable` (vLLM's CLI, default `vllm` on PATH) must be one of them.
+    executables: list[str] = Field(default_factory=lambda: ["vllm"])
     host: str = "127.0.0.1"
     # first port of started engines (from settings: engine_port_base + 100 unless set here)
     port_base: int = Field(8200, ge=1, le=65535)
@@ -186,6 +217,12 @@ class Settings(BaseModel):
             self.gateway.redis_url = self.redis_url
         if self.leader.lock == "redis" and not self.redis_url:
             raise ValueError("leader.lock: redis needs redis_url")
+        for i, spec in enumerate(self.models):
+            executable = spec.executable or "vllm"
+            if spec.engine == EngineKind.VLLM and not spec.backends \
+                    and executable not in self.tiers.executables:
+                raise ValueError(f"models[{i}].executable: {executable!r} is not in "
+                                 f"tiers.executables {self.tiers.executables}")
         return self
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, HttpUrl
@@ -29,7 +29,6 @@ from control_plane.backend_allowlist import allowlist_of
 from registry.orm.catalog import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version
 
-Command = Field(None, max_length=200, description="argv of a managed engine process")
 VersionLabel = Field(None, min_length=1, max_length=100)
 
 
@@ -45,8 +44,10 @@ class BackendCreate(Body):
     tier: Tier = Tier.HOT
     state: BackendState = BackendState.STARTING
     managed: bool = False
-    command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
+    # No `command`: a managed engine's command line is the control plane's own, built from
+    # its configuration (an engine template, an executable in tiers.executables); the API
+    # shows it but never sets it.
 
 
 class BackendPatch(Patch):
@@ -56,7 +57,6 @@ class BackendPatch(Patch):
     weight: float = Field(None, gt=0, le=1000)
     tier: Tier = None
     state: BackendState = None
-    command: list[Annotated[str, Field(max_length=4000)]] | None = Command
     port: int | None = Field(None, ge=1, le=65535)
 
 

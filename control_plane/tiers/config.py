@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from common.vocabulary import EngineKind
 from control_plane.settings import ModelSpec, TierSettings
@@ -55,6 +55,16 @@ class TierConfig(TierSettings):
     """What the tier manager runs on: the section's tunables plus the engine templates."""
 
     engines: dict[str, EngineTemplate] = Field(default_factory=dict)  # model name → template
+
+    @model_validator(mode="after")
+    def _allowed_executables(self) -> "TierConfig":
+        """Every template starts this interpreter or an executable of `executables`."""
+        for name, template in self.engines.items():
+            executable = template.executable or "vllm"
+            if template.engine == EngineKind.VLLM and executable not in self.executables:
+                raise ValueError(f"engine template of {name!r}: {executable!r} is not in "
+                                 f"tiers.executables {self.executables}")
+        return self
 
 
 def tier_config_from_settings(settings, **overrides: Any) -> TierConfig:

@@ -110,3 +110,20 @@ async def test_database_refusals_are_precise_4xx(env_any):
         assert r.status_code == 201, r.text
     r = await env.client.get("/admin/v1/models", headers=env.auth(OP))
     assert r.status_code == 200
+
+
+async def test_the_admin_api_never_sets_an_engine_command(env):
+    """A managed engine's command line comes from the configuration (an engine template and
+    tiers.executables); a `command` sent to the admin API is refused, naming it."""
+    h = env.auth(OP)
+    assert (await env.client.post("/admin/v1/models", json={"name": "m"}, headers=h)).status_code == 201
+    r = await env.client.post("/admin/v1/backends", headers=h, json={
+        "model": "m", "url": "http://127.0.0.1:9/v1", "managed": True,
+        "command": ["/bin/sh", "-c", "touch /tmp/owned"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "command", r.text
+    r = await env.client.post("/admin/v1/backends", headers=h, json={
+        "model": "m", "url": "http://127.0.0.1:9/v1"})
+    assert r.status_code == 201 and r.json()["command"] is None
+    r = await env.client.patch(f"/admin/v1/backends/{r.json()['id']}", headers=h,
+                               json={"command": ["/bin/sh"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "command", r.text

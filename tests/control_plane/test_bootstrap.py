@@ -20,7 +20,8 @@ def test_hot_engines_of_each_kind_are_returned_and_recorded(sqlite_url):
         {"name": "tiny", "engine_args": {"simulate": True}},
         {"name": "later", "engine": "vllm", "tier": "cold"},
         {"name": "remote", "engine": "vllm", "backends": [{"url": "http://10.0.0.5:8000/v1",
-                                                         "engine": "vllm"}]}])
+                                                         "engine": "vllm"}]}],
+        tiers={"executables": ["/opt/vllm/bin/vllm", "vllm"]})
     try:
         specs = register_models(sessions, settings)
         assert [(s.name, s.engine) for s in specs] == [("chat", "vllm"), ("chat", "vllm"),

@@ -69,6 +69,29 @@ def test_a_redis_leader_lease_needs_redis(tmp_path):
                                                      "leader": {"lock": "redis", "lease_ms": 5}})
 
 
+@pytest.mark.parametrize("model,place,words", [
+    ({"name": "v", "engine": "vllm", "executable": "/bin/sh"}, "models[0].executable",
+     "not in tiers.executables"),
+    ({"name": "v", "engine_args": {"max-num-seqs; rm": 1}}, "models[0]", "not a flag name"),
+    ({"name": "v", "engine_args": {"served_model_name": "a\n--host 0.0.0.0"}}, "models[0]",
+     "control character"),
+    ({"name": "v", "engine_args": {"lora_roots": [["nested"]]}}, "models[0]", "values are"),
+    ({"name": "v", "engine_env": {"LD_PRELOAD=x": "y"}}, "models[0]", "environment variable"),
+])
+def test_started_engines_take_only_allowed_executables_and_plain_flags(tmp_path, model, place,
+                                                                        words):
+    message = refusal(tmp_path, {"models": [model]})
+    assert words in message and place in message, message
+
+
+def test_an_executable_listed_in_tiers_is_allowed(tmp_path):
+    settings = load_settings(write(tmp_path, {
+        "tiers": {"executables": ["/opt/vllm/bin/vllm"]},
+        "models": [{"name": "v", "engine": "vllm", "executable": "/opt/vllm/bin/vllm",
+                    "engine_args": {"kv_events_config": {"publisher": "zmq"}, "seed": 0}}]}))
+    assert settings.models[0].executable == "/opt/vllm/bin/vllm"
+
+
 def test_sections_are_typed_once_with_top_level_shorthands_applied(tmp_path):
     settings = load_settings(write(tmp_path, {
         "redis_url": "redis://127.0.0.1:6379/3", "routing": {"strategy": "p2c"},

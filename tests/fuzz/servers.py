@@ -23,6 +23,8 @@ from control_plane.admin import include_admin_routers
 from control_plane.backend_allowlist import BackendAllowlist
 from control_plane.slo import SloTracker
 from control_plane.snapshots import SnapshotSource
+from control_plane.supervisor import EngineSupervisor
+from control_plane.tiers import TierConfig, TierManager, build_tiers_router
 from gateway.app import create_gateway_app
 from gateway.settings import GatewaySettings
 from registry import queries as q
@@ -87,6 +89,10 @@ def start_admin(db_url: str, port: int) -> Server:
     app = create_gateway_app(_settings(), source)
     app.state.backend_allowlist = BackendAllowlist.from_networks(LOOPBACK_ONLY)
     include_admin_routers(app, sessions, source, SloTracker(sessions, registry=CollectorRegistry()))
+    # The tier routes too (wake, activity, status); no engine templates, so a fuzzed wake can
+    # only be refused: engines start from the configuration alone, never from a request.
+    tiers = TierManager(sessions, EngineSupervisor(), lambda: None, TierConfig())
+    app.include_router(build_tiers_router(tiers))
     server, thread = _serve(app, port)
     return Server(f"http://127.0.0.1:{port}", server, thread,
                   {"Authorization": f"Bearer {secret}"}, key_id, sessions)

@@ -84,7 +84,8 @@ def stack(peer_dirs, vllm_server, tmp_path_factory):
     config = {"engine_port_base": real.free_port(), "engine_ready_timeout_s": START_S,
               "gateway": {"admission": {"cold_start_budget_s": START_S},
                           "timeouts": {"first_token": START_S, "total": START_S}},
-              "tiers": {"idle_s": IDLE_S, "tick_s": 0.5, "max_loras": 1, "min_residency_s": 1.0},
+              "tiers": {"idle_s": IDLE_S, "tick_s": 0.5, "max_loras": 1, "min_residency_s": 1.0,
+                        "executables": [model["executable"]]},
               "models": [model]}
     with running_up(work, config, ready_path="/healthz") as (base, key, _proc):
         s = Stack(base, {"Authorization": f"Bearer {key}"}, work / "up.log")

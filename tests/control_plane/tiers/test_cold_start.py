@@ -152,7 +152,7 @@ async def test_cold_vllm_template_runs_its_executable_and_stops_as_a_group(sessi
                               env={"FAKE_VLLM_RECORD": str(record)})
     tiers = TierManager(sessions, supervisor, snapshots.refresh, TierConfig(
         engines={"lazy-vllm": template}, start_timeout_s=BUDGET_S, port_base=free_port(),
-        idle_s=IDLE_S))
+        idle_s=IDLE_S, executables=[template.executable]))
     starter = InProcessColdStarter(tiers, snapshots)
     try:
         assert await starter.ensure_backend("lazy-vllm", BUDGET_S)

@@ -18,7 +18,7 @@ def test_templates_for_startable_models_only():
         VLLM, {"name": "small", "tier": "cold", "engine_args": {"max_num_seqs": 8}},
         {"name": "elsewhere", "engine": "sglang", "tier": "cold"},
         {"name": "fixed", "engine": "vllm", "backends": [{"url": "http://10.0.0.5:8000/v1"}]}],
-        tiers={"idle_s": 30})
+        tiers={"idle_s": 30, "executables": ["/opt/vllm/bin/vllm"]})
     config = tier_config_from_settings(settings)
     assert set(config.engines) == {"big", "small"} and config.idle_s == 30
     big = config.engines["big"]
