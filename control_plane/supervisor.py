@@ -8,9 +8,9 @@
 Children get PR_SET_PDEATHSIG so they die with the control plane even if it is killed hard:
 Ctrl-C or a crash never leaves an orphan engine holding a port and memory. Each engine runs in a
 process group of its own and is stopped as a group: vLLM's engine core is a grandchild that the
-death signal does not reach. Each builtin engine gets its own API key (engine_adapter.engine_keys)
-through its environment, never its command line, so the key shows in no process listing and in
-no stored command.
+death signal does not reach. Each engine gets its own API key (engine_adapter.engine_keys)
+through its environment (ENGINE_KEY_ENVS: the builtin engine's variable, vLLM's VLLM_API_KEY),
+never its command line, so the key shows in no process listing and in no stored command.
 """
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ from engine_adapter import engine_keys
 log = logging.getLogger("inferplane.supervisor")
 
 MANAGED_ENGINES = (EngineKind.BUILTIN, EngineKind.VLLM)  # the kinds EngineSpec can launch
+# Where each launched kind reads its API key from (vLLM: the same as its --api-key flag).
+ENGINE_KEY_ENVS = {EngineKind.BUILTIN: API_KEY_ENV, EngineKind.VLLM: "VLLM_API_KEY"}
 
 
 def _own_group_and_die_with_parent() -> None:
@@ -87,11 +89,13 @@ class EngineSpec:
 
     def environment(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop(API_KEY_ENV, None)  # never inherit another engine's key
-        if self.engine == EngineKind.BUILTIN:
-            if (key := engine_keys.key_for(self.url)) is not None:
-                env[API_KEY_ENV] = key
-        else:  # an interpreter of its own (vLLM's venv) must not import this project's packages
+        for name in ENGINE_KEY_ENVS.values():
+            env.pop(name, None)  # never inherit another engine's key
+        key = engine_keys.key_for(self.url)
+        if key is not None:   # through the environment: no process listing shows it
+            env[ENGINE_KEY_ENVS[self.engine]] = key
+        if self.engine != EngineKind.BUILTIN:
+            # an interpreter of its own (vLLM's venv) must not import this project's packages
             env.pop("PYTHONPATH", None)
         return {**env, **{k: str(v) for k, v in self.env.items()}}
 
@@ -159,7 +163,8 @@ class EngineProcess:
             return False
         if self.spec.engine != EngineKind.VLLM:
             return True
-        models = await client.get(self.spec.url + "/models")
+        models = await client.get(self.spec.url + "/models",   # /v1 asks for the key
+                                  headers=engine_keys.headers_for(self.spec.url))
         if models.status_code != 200:
             return False
         return self.spec.name in [card.get("id") for card in models.json().get("data", [])]

@@ -1,4 +1,4 @@
-"""API keys of the builtin engines a control plane starts: one per engine, derived from a secret.
+"""API keys of the engines a control plane starts: one per engine, derived from a secret.
 
 Each engine's key is HMAC-SHA256(secret, "host:port") of the address it listens on, so the
 supervisor that starts an engine and every gateway or controller that calls it compute the same
@@ -9,6 +9,11 @@ secret lives in `<data_dir>/engine.secret` (mode 0600, made by `inferplane up` o
     configure(secret)                   # once per process, at start-up
     key_for("http://127.0.0.1:8101/v1") # -> hex key, or None when no secret is configured
     headers_for(url)                    # -> {"authorization": "Bearer ..."} or {}
+    keyed(engine, managed)              # is this backend called with its derived key?
+
+Keyed are every builtin engine and every engine the control plane manages (a managed vLLM is
+started with VLLM_API_KEY, see control_plane/supervisor.py); an external backend an operator
+registers keeps whatever access it has of its own and is never sent a derived key.
 """
 from __future__ import annotations
 
@@ -30,11 +35,18 @@ def configure(secret: str | None) -> None:
 
 
 def key_for(url: str) -> str | None:
-    if _secret is None:
-        return None
+    return None if _secret is None else derive(_secret, url)
+
+
+def derive(secret: bytes, url: str) -> str:
+    """The key of the engine at `url` under `secret` (what key_for gives once configured)."""
     parts = urlsplit(url)
     address = f"{(parts.hostname or '').lower()}:{parts.port or 80}"
-    return hmac.new(_secret, address.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(secret, address.encode(), hashlib.sha256).hexdigest()
+
+
+def keyed(engine: str, managed: bool) -> bool:
+    return managed or engine == "builtin"
 
 
 def headers_for(url: str) -> dict[str, str]:

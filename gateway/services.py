@@ -54,7 +54,7 @@ class AdapterPool:
         adapter = self._adapters.get(key)
         if adapter is None:
             adapter = create_adapter(backend.url, backend.engine, client=self.client,
-                                     timeouts=self.timeouts)
+                                     timeouts=self.timeouts, managed=backend.managed)
             self._adapters[key] = adapter
         return adapter
 

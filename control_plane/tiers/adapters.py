@@ -147,7 +147,8 @@ class AdapterManager:
             if plan.victim is not None:
                 if plan.victim not in slots:
                     return None
-                await self.unload(model, url, plan.victim, engine=plan.backend.engine)
+                await self.unload(model, url, plan.victim, engine=plan.backend.engine,
+                                  managed=plan.backend.managed)
             elif len(slots) >= self.max_loras:
                 return None
             if not await self._load(model, plan.backend, adapter, source):
@@ -155,7 +156,8 @@ class AdapterManager:
         return url
 
     async def _load(self, model: str, backend: BackendRow, adapter: str, source: str) -> bool:
-        engine = create_adapter(backend.url, backend.engine, client=self._http())
+        engine = create_adapter(backend.url, backend.engine, client=self._http(),
+                                managed=backend.managed)
         try:
             await engine.load_adapter(adapter, source)
         except EngineError as exc:
@@ -175,8 +177,8 @@ class AdapterManager:
         return True
 
     async def unload(self, model: str, backend_url: str, adapter: str,
-                     engine: str = EngineKind.BUILTIN) -> None:
-        client = create_adapter(backend_url, engine, client=self._http())
+                     engine: str = EngineKind.BUILTIN, managed: bool = False) -> None:
+        client = create_adapter(backend_url, engine, client=self._http(), managed=managed)
         try:
             await client.unload_adapter(adapter)
         except EngineError as exc:
@@ -191,7 +193,8 @@ class AdapterManager:
         """Adopt the engine's own list of loaded adapters (vLLM lists them in /v1/models with
         a `parent`); ones we did not know count as freshly loaded (not evictable yet)."""
         try:
-            headers = engine_keys.headers_for(backend.url) if backend.engine == EngineKind.BUILTIN else None
+            keyed = engine_keys.keyed(backend.engine, backend.managed)
+            headers = engine_keys.headers_for(backend.url) if keyed else None
             response = await self._http().get(backend.url + "/models", timeout=5.0,
                                               headers=headers)
             cards = response.json().get("data", [])

@@ -210,7 +210,7 @@ class TierManager:
         """Requests running or queued on the engine (an idle clock can miss a long stream)."""
         if not proc.running:
             return False
-        engine = create_adapter(proc.spec.url, proc.spec.engine)
+        engine = create_adapter(proc.spec.url, proc.spec.engine, managed=True)
         try:
             load = await engine.load()
         except (httpx.HTTPError, ValueError):

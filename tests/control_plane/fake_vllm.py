@@ -7,7 +7,8 @@ SIGTERM, as vLLM's engine core could, so that only a process-group stop cleans u
     record = fake_vllm.record(env_path)           # {"argv": [...], "env": {...}, "child": pid}
 
 Environment: FAKE_VLLM_RECORD (a JSON file it writes at start), FAKE_VLLM_LISTS (the model name
-/v1/models lists; default the served name).
+/v1/models lists; default the served name), VLLM_API_KEY (as vLLM: /v1 routes then answer 401
+without `Authorization: Bearer <key>`; /health stays open).
 """
 from __future__ import annotations
 
@@ -32,9 +33,13 @@ def record(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _handler(listed: str):
+def _handler(listed: str, api_key: str | None):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming
+            if api_key and self.path.startswith("/v1") \
+                    and self.headers.get("authorization") != f"Bearer {api_key}":
+                self.send_error(401)
+                return
             if self.path == "/health":
                 body = b""
             elif self.path == "/v1/models":
@@ -66,7 +71,8 @@ def main() -> None:
                                             "child": child.pid, "pid": os.getpid()}))
     print(f"fake vllm serving {args.model} as {args.served_model_name}", flush=True)
     listed = os.environ.get("FAKE_VLLM_LISTS", args.served_model_name)
-    ThreadingHTTPServer((args.host, args.port), _handler(listed)).serve_forever()
+    handler = _handler(listed, os.environ.get("VLLM_API_KEY"))
+    ThreadingHTTPServer((args.host, args.port), handler).serve_forever()
 
 
 if __name__ == "__main__":

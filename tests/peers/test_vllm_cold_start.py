@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import _real_engines as real
 from common.metric_names import EngineMetric
+from engine_adapter import engine_keys
 from tests.conftest import running_up
 from tests.peers.conftest import make_lora
 
@@ -109,9 +110,19 @@ def _successes(url: str, expect: float | None = None) -> float:
         time.sleep(0.2)
 
 
-def _served(url: str) -> set[str]:
-    cards = httpx.get(url + "/models", trust_env=False, timeout=10).json()["data"]
+def _served(url: str, headers: dict | None = None) -> set[str]:
+    cards = httpx.get(url + "/models", trust_env=False, timeout=10, headers=headers).json()["data"]
     return {c["id"] for c in cards}
+
+
+def _engine_key(stack, url: str) -> str:
+    """The managed engine's derived key, from the secret `up` keeps in its data directory."""
+    secret = (stack.log.parent / ".inferplane" / engine_keys.SECRET_FILE).read_bytes().strip()
+    return engine_keys.derive(secret, url)
+
+
+def _keyed(stack, url: str) -> dict:
+    return {"Authorization": f"Bearer {_engine_key(stack, url)}"}
 
 
 def _group_of(port: int) -> list[psutil.Process]:
@@ -143,6 +154,11 @@ def test_first_request_cold_starts_a_managed_vllm(stack, vllm_server):
     assert _successes(row["url"], expect=1) == 1  # vLLM answered the request that started it
     stack.engine_procs = _group_of(row["port"])
     assert len(stack.engine_procs) >= 2, "API server and engine core"
+    # started with its derived key: vLLM's port refuses a caller without it
+    assert httpx.get(row["url"] + "/models", trust_env=False, timeout=10).status_code == 401
+    assert MODEL in _served(row["url"], _keyed(stack, row["url"]))
+    key = _engine_key(stack, row["url"])
+    assert not any(key in " ".join(p.cmdline()) for p in stack.engine_procs)  # nor in a listing
 
     _await_keeping_warm(stack, vllm_server)
     before = _successes(row["url"])
@@ -169,7 +185,8 @@ def test_lora_adapters_spread_over_two_vllms_by_affinity(stack, vllm):
         # a slot free on both: the first engine gets it
         assert stack.load_by_request("a") == managed
         assert stack.load_by_request("b") == vllm.url  # its one slot taken: the other engine
-        assert "a" in _served(managed) and "b" not in _served(managed)
+        keyed = _keyed(stack, managed)
+        assert "a" in _served(managed, keyed) and "b" not in _served(managed, keyed)
         assert "b" in _served(vllm.url) and "a" not in _served(vllm.url)
 
         for adapter, holder, other in (("a", managed, vllm.url), ("b", vllm.url, managed)):
@@ -181,7 +198,7 @@ def test_lora_adapters_spread_over_two_vllms_by_affinity(stack, vllm):
 
         time.sleep(1.1)  # past min_residency_s: "a" (least recently used) may now be evicted
         assert stack.load_by_request("c") == managed
-        assert {"c"} <= _served(managed) and "a" not in _served(managed)
+        assert {"c"} <= _served(managed, keyed) and "a" not in _served(managed, keyed)
         assert "b" in _served(vllm.url)
         rows = {b["url"]: b["adapters"] for b in stack.backends()}
         assert rows == {managed: ["c"], vllm.url: ["b"]}

@@ -16,6 +16,7 @@ from control_plane.supervisor import EngineSupervisor
 from control_plane.tiers import EngineTemplate, TierConfig, TierManager
 from control_plane.tiers.cold_starter import InProcessColdStarter
 from control_plane.tiers.store import set_model_tier
+from engine_adapter import engine_keys
 from gateway.traffic.coldstart import has_ready_backend
 from registry.orm.catalog import Backend
 from tests.conftest import free_port
@@ -143,7 +144,8 @@ async def test_hot_model_is_kept_running(sessions, snapshots):
 
 
 async def test_cold_vllm_template_runs_its_executable_and_stops_as_a_group(sessions, snapshots,
-                                                                           tmp_path):
+                                                                           tmp_path, monkeypatch):
+    monkeypatch.setattr(engine_keys, "_secret", b"cold-start-test-secret")  # engines are keyed
     add_model(sessions, "lazy-vllm", "cold")
     supervisor = _supervisor(sessions, snapshots)
     record = tmp_path / "record.json"
@@ -160,9 +162,17 @@ async def test_cold_vllm_template_runs_its_executable_and_stops_as_a_group(sessi
         assert (backend.engine, backend.state, backend.served_model) == ("vllm", "ready",
                                                                           "lazy-vllm")
         with sessions() as s:
-            assert s.scalar(select(Backend.command))[:3] == [template.executable, "serve",
-                                                             "/models/m-hf"]
-        child = psutil.Process(fake_vllm.record(record)["child"])
+            command = s.scalar(select(Backend.command))
+            assert command[:3] == [template.executable, "serve", "/models/m-hf"]
+        # keyed through its environment (ready: the supervisor's /v1/models sent the key),
+        # and the key is on no command line
+        started = fake_vllm.record(record)
+        key = engine_keys.key_for(backend.url)
+        assert started["env"]["VLLM_API_KEY"] == key and key not in " ".join(command)
+        assert httpx.get(backend.url + "/models").status_code == 401
+        assert httpx.get(backend.url + "/models",
+                         headers=engine_keys.headers_for(backend.url)).status_code == 200
+        child = psutil.Process(started["child"])
         assert await _until(lambda: not supervisor.processes, IDLE_S + 15, tiers.tick)
         _gone, alive = psutil.wait_procs([child], timeout=10)
         assert alive == [] and _backend_rows(sessions) == []
