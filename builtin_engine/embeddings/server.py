@@ -33,6 +33,7 @@ from builtin_engine.serving.app_setup import (
 )
 from builtin_engine.serving.protocol import TokenizeRequest
 from builtin_engine.serving.tracing import EngineTraceMiddleware
+from common.error_codes import ErrorCode
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -77,11 +78,11 @@ class EmbeddingService:
     def check(self, body: EmbeddingRequest) -> None:
         if body.model and body.model != self.served_name:
             raise EngineError(404, f"The model `{body.model}` does not exist.", param="model",
-                              code="model_not_found")
+                              code=ErrorCode.MODEL_NOT_FOUND)
         if body.dimensions is not None and body.dimensions != self.embedder.dimensions:
             raise EngineError(400, f"The model `{self.served_name}` does not support "
                               f"`dimensions` other than its own ({self.embedder.dimensions}).",
-                              param="dimensions", code="unsupported_parameter")
+                              param="dimensions", code=ErrorCode.UNSUPPORTED_PARAMETER)
 
     def token_ids(self, body: EmbeddingRequest) -> list[list[int]]:
         """Each input's token ids (texts get the model's special tokens), length-checked."""
@@ -100,7 +101,7 @@ class EmbeddingService:
                 raise EngineError(400, f"This model's maximum context length is {limit} tokens, "
                                   f"however you requested {len(seq)} tokens (input {index}). "
                                   "Please reduce the length of the input.",
-                                  param="input", code="context_length_exceeded")
+                                  param="input", code=ErrorCode.CONTEXT_LENGTH_EXCEEDED)
         return ids
 
     async def embed(self, body: EmbeddingRequest) -> dict:

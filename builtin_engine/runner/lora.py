@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from builtin_engine.errors import EngineError
+from common.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from builtin_engine.models.llama import LlamaConfig
@@ -35,7 +36,7 @@ SUPPORTED_MODULES = tuple(_FUSED)
 
 
 def _invalid(message: str) -> EngineError:
-    return EngineError(400, message, param="lora_path", code="invalid_lora_adapter")
+    return EngineError(400, message, param="lora_path", code=ErrorCode.INVALID_LORA_ADAPTER)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from builtin_engine.errors import EngineError
+from common.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # the simulated engine never imports torch for adapters
     from builtin_engine.runner.lora import LoraStore
@@ -79,12 +80,12 @@ class AdapterRegistry:
     async def load(self, name: str, path: str) -> LoadedAdapter:
         if name in self._loaded or name in self._loading:
             raise EngineError(400, f"The lora adapter '{name}' has already been loaded.",
-                              param="lora_name", code="lora_already_loaded")
+                              param="lora_name", code=ErrorCode.LORA_ALREADY_LOADED)
         path = self.confine(path)
         rank = read_peft_rank(Path(path))
         if len(self._loaded) + len(self._loading) >= self.max_loras:
             raise EngineError(429, f"all {self.max_loras} LoRA slots are in use; unload an "
-                              "adapter first", param="lora_name", code="lora_slots_full",
+                              "adapter first", param="lora_name", code=ErrorCode.LORA_SLOTS_FULL,
                               kind="rate_limit_error")
         self._loading.add(name)  # reserve the slot across the (simulated) load latency
         try:
@@ -105,17 +106,17 @@ class AdapterRegistry:
             return real
         if not self.roots:
             raise EngineError(400, "runtime LoRA loading is disabled: serve the engine with "
-                              "--lora-roots DIR", param="lora_path", code="lora_path_not_allowed")
+                              "--lora-roots DIR", param="lora_path", code=ErrorCode.LORA_PATH_NOT_ALLOWED)
         if any(os.path.commonpath([real, root]) == root for root in self.roots):
             return real
         raise EngineError(400, "lora_path is outside the engine's adapter roots (--lora-roots)",
-                          param="lora_path", code="lora_path_not_allowed")
+                          param="lora_path", code=ErrorCode.LORA_PATH_NOT_ALLOWED)
 
     def unload(self, name: str) -> LoadedAdapter:
         adapter = self._loaded.pop(name, None)
         if adapter is None:
             raise EngineError(400, f"The lora adapter '{name}' cannot be found.",
-                              param="lora_name", code="lora_not_found")
+                              param="lora_name", code=ErrorCode.LORA_NOT_FOUND)
         if self.store is not None:
             self.store.remove(name)
         return adapter
@@ -136,16 +137,16 @@ def read_peft_rank(path: Path) -> int:
     """Validate a PEFT LoRA directory and return its rank; 400 naming what is wrong."""
     if not path.is_dir():
         raise EngineError(400, f"LoRA adapter path '{path}' does not exist or is not a directory",
-                          param="lora_path", code="lora_path_not_found")
+                          param="lora_path", code=ErrorCode.LORA_PATH_NOT_FOUND)
     config = _read_config(path / CONFIG_FILE)
     rank = config.get("r")
     if not isinstance(rank, int) or rank < 1:
         raise EngineError(400, f"{path / CONFIG_FILE} has no positive integer LoRA rank 'r'",
-                          param="lora_path", code="invalid_lora_adapter")
+                          param="lora_path", code=ErrorCode.INVALID_LORA_ADAPTER)
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":
         raise EngineError(400, f"adapter type {peft_type} is not supported (LORA only)",
-                          param="lora_path", code="invalid_lora_adapter")
+                          param="lora_path", code=ErrorCode.INVALID_LORA_ADAPTER)
     _check_safetensors(path / WEIGHTS_FILE)
     return rank
 
@@ -155,13 +156,13 @@ def _read_config(config_path: Path) -> dict:
         config = json.loads(config_path.read_text())
     except FileNotFoundError:
         raise EngineError(400, f"{config_path.parent} has no {CONFIG_FILE}", param="lora_path",
-                          code="invalid_lora_adapter") from None
+                          code=ErrorCode.INVALID_LORA_ADAPTER) from None
     except (OSError, ValueError) as exc:
         raise EngineError(400, f"{config_path} is not readable JSON: {exc}", param="lora_path",
-                          code="invalid_lora_adapter") from None
+                          code=ErrorCode.INVALID_LORA_ADAPTER) from None
     if not isinstance(config, dict):
         raise EngineError(400, f"{config_path} must hold a JSON object", param="lora_path",
-                          code="invalid_lora_adapter")
+                          code=ErrorCode.INVALID_LORA_ADAPTER)
     return config
 
 
@@ -170,16 +171,16 @@ def _check_safetensors(weights: Path) -> None:
 
     if not weights.is_file():
         raise EngineError(400, f"{weights.parent} has no {WEIGHTS_FILE}", param="lora_path",
-                          code="invalid_lora_adapter")
+                          code=ErrorCode.INVALID_LORA_ADAPTER)
     try:  # reads only the header: cheap even for a large adapter
         with safe_open(str(weights), framework="numpy") as f:
             names = list(f.keys())
     except Exception as exc:  # noqa: BLE001 - safetensors raises several error types
         raise EngineError(400, f"{weights} is not a valid safetensors file: {exc}",
-                          param="lora_path", code="invalid_lora_adapter") from None
+                          param="lora_path", code=ErrorCode.INVALID_LORA_ADAPTER) from None
     if not names:
         raise EngineError(400, f"{weights} holds no tensors", param="lora_path",
-                          code="invalid_lora_adapter")
+                          code=ErrorCode.INVALID_LORA_ADAPTER)
 
 
 class LoadLoRARequest(BaseModel):

@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 
 from builtin_engine.errors import EngineError, error_response
+from common.error_codes import ErrorCode
 
 # Our own spans continue the gateway's trace; FastAPI's built-in ones would start another.
 NATIVE_TRACING_OFF = {"telemetry": {"tracing": False}} \
@@ -43,6 +44,6 @@ def unsupported_router(path: str, what: str, served_name: str) -> APIRouter:
     @router.post(path, include_in_schema=False)
     async def _unsupported():
         raise EngineError(400, f"The model `{served_name}` does not support {what}.",
-                          code="unsupported_endpoint")
+                          code=ErrorCode.UNSUPPORTED_ENDPOINT)
 
     return router

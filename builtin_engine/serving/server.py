@@ -36,6 +36,7 @@ from builtin_engine.serving.text_stream import (
 )
 from builtin_engine.serving.tracing import EngineTraceMiddleware, traced_outputs
 from builtin_engine.structured.tool_calls import merge_deltas
+from common.error_codes import ErrorCode
 
 
 def _sse(payload: dict) -> bytes:
@@ -63,12 +64,12 @@ class EngineService:
             param, what = unsupported
             raise EngineError(400, f"{what} is not supported by the builtin engine (serve "
                               "the model with vLLM or SGLang for it)", param,
-                              code="unsupported_parameter")
+                              code=ErrorCode.UNSUPPORTED_PARAMETER)
 
     def check_model(self, model: str | None) -> None:
         if model and model != self.served_name and not self.adapters.is_loaded(model):
             raise EngineError(404, f"The model `{model}` does not exist.", param="model",
-                              code="model_not_found")
+                              code=ErrorCode.MODEL_NOT_FOUND)
 
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
         messages = chat_messages(body)
@@ -130,7 +131,7 @@ class EngineService:
         try:  # errors before the first token keep their HTTP status
             first = await anext(chunks)
         except StopAsyncIteration:
-            raise EngineError(503, "the engine is shutting down", code="engine_unavailable",
+            raise EngineError(503, "the engine is shutting down", code=ErrorCode.ENGINE_UNAVAILABLE,
                               kind="server_error") from None
         echo = ""
         if kind != "chat" and getattr(body, "echo", False):

@@ -13,6 +13,7 @@ from builtin_engine.serving.protocol import ChatCompletionRequest
 from builtin_engine.structured.grammar import StructuredRequest, compiler_for
 from builtin_engine.structured.matcher_pool import GrammarState
 from builtin_engine.structured.tool_calls import ToolCallStream, render_messages
+from common.error_codes import ErrorCode
 
 
 @dataclass
@@ -35,7 +36,7 @@ def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: in
     if num_prompt >= max_model_len:
         raise EngineError(400, f"This model's maximum context length is {max_model_len} tokens. "
                                f"However, your prompt has {num_prompt} tokens.",
-                          param="messages", code="context_length_exceeded")
+                          param="messages", code=ErrorCode.CONTEXT_LENGTH_EXCEEDED)
     room = max_model_len - num_prompt
     if requested is None:
         return room
@@ -43,7 +44,7 @@ def resolve_max_tokens(num_prompt: int, requested: int | None, max_model_len: in
         raise EngineError(400, f"This model's maximum context length is {max_model_len} tokens. "
                                f"However, you requested {num_prompt + requested} tokens "
                                f"({num_prompt} in the messages, {requested} in the completion).",
-                          param=param, code="context_length_exceeded")
+                          param=param, code=ErrorCode.CONTEXT_LENGTH_EXCEEDED)
     return requested
 
 
@@ -70,7 +71,7 @@ async def generate_text(engine, tokenizer, request_id: str, prompt_ids: list[int
                                          extra_key=extra_key, lora=lora):
             if out.finish_reason == "error":
                 raise EngineError(400, out.error or "the request could not be scheduled",
-                                  code="request_failed")
+                                  code=ErrorCode.REQUEST_FAILED)
             completion += len(out.new_token_ids)
             cached = out.num_cached_tokens
             queued = out.queue_time_s if queued is None else queued
@@ -133,7 +134,7 @@ async def attach_grammar(params: SamplingParams, body, tokenizer, executor=None)
     if isinstance(executor, SimulatedExecutor):  # its tokens are synthetic: nothing to mask
         param = "tools" if request.tools else "response_format"
         raise EngineError(400, f"{param} is not supported by the simulated engine", param,
-                          code="unsupported_parameter")
+                          code=ErrorCode.UNSUPPORTED_PARAMETER)
     compiler = await asyncio.to_thread(compiler_for, tokenizer)
     compiled = await asyncio.to_thread(compiler.compile, request)
     if compiled is not None:
