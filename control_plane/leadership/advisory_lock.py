@@ -12,6 +12,7 @@ import logging
 
 from sqlalchemy.engine import make_url
 
+from control_plane.leadership.standby import stand_by
 from registry.db import normalize_url
 
 log = logging.getLogger("inferplane.leader")
@@ -44,18 +45,8 @@ class AdvisoryLock:
         """Return once this process leads (at once on SQLite)."""
         if not self.exclusive:
             return
-        waiting = False
-        while True:
-            try:
-                if await asyncio.to_thread(self._try_acquire):
-                    log.info("leading this control plane")
-                    return
-            except Exception as exc:  # the database may be starting: keep trying
-                log.warning("leader election: %s", exc)
-            if not waiting and on_wait is not None:
-                on_wait()
-                waiting = True
-            await asyncio.sleep(self.poll_s)
+        await stand_by(lambda: asyncio.to_thread(self._try_acquire), self.poll_s, on_wait)
+        log.info("leading this control plane")
 
     async def hold(self) -> None:
         """Return when leadership is lost (the lock's connection broke); never on SQLite."""

@@ -25,6 +25,8 @@ import time
 
 from redis.asyncio import Redis
 
+from control_plane.leadership.standby import stand_by
+
 log = logging.getLogger("inferplane.leader")
 
 # KEYS[1] lease, KEYS[2] fence; ARGV[1] lease ms. Returns the new token, or nil when held.
@@ -68,19 +70,8 @@ class RedisLease:
 
     async def acquire(self, on_wait=None) -> None:
         """Return once this process holds the lease."""
-        waiting = False
-        while True:
-            try:
-                if await self.try_acquire():
-                    log.info("leading this control plane (Redis lease, fencing token %d)",
-                             self.token)
-                    return
-            except Exception as exc:  # Redis may be starting: keep trying
-                log.warning("leader election: %s", exc)
-            if not waiting and on_wait is not None:
-                on_wait()
-                waiting = True
-            await asyncio.sleep(self.poll_s)
+        await stand_by(self.try_acquire, self.poll_s, on_wait)
+        log.info("leading this control plane (Redis lease, fencing token %d)", self.token)
 
     async def renew(self) -> bool:
         """True while the lease is still this holder's (and is extended by a full lease)."""
