@@ -57,6 +57,7 @@ class ErrorCode(StrEnum):
     MODEL_NOT_FOUND = "model_not_found"
     NO_GATEWAY = "no_gateway"
     NO_READY_BACKEND = "no_ready_backend"
+    NOT_A_CHAT_MODEL = "not_a_chat_model"
     NOT_FOUND = "not_found"
     NOT_STARTABLE = "not_startable"
     PREVIOUS_RESPONSE_NOT_FOUND = "previous_response_not_found"

@@ -189,12 +189,19 @@ class EngineKind(enum.StrEnum):
     HOSTED = "hosted"
 
 
+class ModelTask(enum.StrEnum):
+    """What a model is for: chat and completions, or embeddings (/v1/embeddings only)."""
+
+    CHAT = "chat"
+    EMBEDDING = "embedding"
+
+
 # What a model takes in, as its registry row declares (`modalities`); a request part of any other
 # kind is refused before it reaches a model that would silently never see it.
 Modality = Literal["text", "image", "audio", "file", "video"]
 
 
-__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Modality", "Priority",
-           "Role", "RolloutPhase", "RolloutState", "RolloutStrategy", "RoutingStrategy",
+__all__ = ["BackendState", "BreakerState", "BudgetPeriod", "EngineKind", "Modality", "ModelTask",
+           "Priority", "Role", "RolloutPhase", "RolloutState", "RolloutStrategy", "RoutingStrategy",
            "SplitMode", "Tier", "VersionKind", "VersionStatus", "values"]
 

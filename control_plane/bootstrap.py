@@ -46,7 +46,7 @@ def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]
 def _upsert_model(session: Session, spec: ModelSpec) -> Model:
     fields = dict(tier=spec.tier, fallbacks=list(spec.fallbacks),
                   price_in_per_1k=spec.price_in_per_1k, price_out_per_1k=spec.price_out_per_1k,
-                  modalities=list(spec.modalities))
+                  modalities=list(spec.modalities), task=spec.task)
     if spec.context_length:
         fields["context_length"] = spec.context_length
     if spec.routing:

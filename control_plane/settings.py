@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from common.vocabulary import EngineKind, Modality, RoutingStrategy, Tier
+from common.vocabulary import EngineKind, Modality, ModelTask, RoutingStrategy, Tier
 from gateway.settings import GatewaySettings, RoutingSettings
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -59,6 +59,7 @@ class ModelSpec(BaseModel):
     price_out_per_1k: float = 0.0
     # content types it reads: text, image, audio, file, video (others are refused with a 400)
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
+    task: ModelTask = ModelTask.CHAT   # embedding: served on /v1/embeddings only
 
     @model_validator(mode="after")
     def _builtin_needs_model(self) -> "ModelSpec":
@@ -186,7 +187,8 @@ class Settings(BaseModel):
     engine_port_base: int = 8100
     engine_ready_timeout_s: float = 600.0
     models: list[ModelSpec] = Field(default_factory=lambda: [
-        ModelSpec(name=DEFAULT_MODEL), ModelSpec(name=DEFAULT_EMBEDDING_MODEL)])
+        ModelSpec(name=DEFAULT_MODEL),
+        ModelSpec(name=DEFAULT_EMBEDDING_MODEL, task=ModelTask.EMBEDDING)])
     routing: RoutingSettings | None = None  # shorthand for gateway.routing (that one wins)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     mlflow: MlflowSettings | None = None  # optional Model Registry sync

@@ -69,6 +69,7 @@ class ModelView:
     # splits of "<model>:<alias>" requests for an alias a rollout is moving
     alias_splits: Mapping[str, tuple[SplitView, ...]] = field(default_factory=lambda: EMPTY)
     modalities: tuple[str, ...] = ("text",)  # content types it reads (gateway.request_path.modalities)
+    task: str = "chat"  # ModelTask: chat, or embedding (served on /v1/embeddings only)
 
     def backends_for(self, version: str | None) -> tuple[BackendView, ...]:
         if version is None:
@@ -177,7 +178,7 @@ def _model_view(model: Model) -> ModelView:
         splits=splits, aliases=MappingProxyType(aliases),
         adapters=tuple(sorted(a.name for a in model.adapters)),
         alias_splits=MappingProxyType(alias_splits),
-        modalities=tuple(model.modalities or ("text",)))
+        modalities=tuple(model.modalities or ("text",)), task=model.task or "chat")
 
 
 def _key_view(key: ApiKey) -> KeyView:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from common.auth.principal import Principal
 from common.error_codes import ErrorCode
-from common.vocabulary import Modality, RoutingStrategy, Tier
+from common.vocabulary import Modality, ModelTask, RoutingStrategy, Tier
 from control_plane.admin.common import (
     MAX_INT,
     NAME_PATTERN,
@@ -48,6 +48,7 @@ class ModelCreate(Body):
     price_out_per_1k: float = Field(0.0, ge=0, le=1e6)
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1,
                                        max_length=5, description="content types it reads")
+    task: ModelTask = Field(ModelTask.CHAT, description="chat, or embedding")
 
 
 class ModelPatch(Patch):
@@ -59,6 +60,7 @@ class ModelPatch(Patch):
     price_in_per_1k: float = Price
     price_out_per_1k: float = Price
     modalities: list[Modality] = Field(None, min_length=1, max_length=5)
+    task: ModelTask = None
 
 
 def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:

@@ -31,7 +31,7 @@ from gateway.request_path.accounting import CLIENT_CLOSED
 from gateway.request_path.modalities import check_content
 from gateway.request_path.proxy import Call, ClientGone, dispatch, has_candidates
 from gateway.request_path.request_scope import RequestScope
-from gateway.request_path.resolve import check_access, choose_version, resolve_model
+from gateway.request_path.resolve import check_access, check_task, choose_version, resolve_model
 from gateway.routing import RouteContext
 from gateway.routing.precise import engine_token_count, tokenize_for_routing
 from gateway.services import GatewayServices
@@ -131,6 +131,7 @@ async def limit(services: GatewayServices, principal, endpoint: Endpoint,
     gate = services.limits
     try:
         check_access(principal, parsed.model, model_view)
+        check_task(endpoint.protocol, model_view)
         if services.cold_starter is not None:  # only requests the key may make count as activity
             services.cold_starter.note_request(model_view.name)
         _validate(parsed, model_view)

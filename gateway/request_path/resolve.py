@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
+from common.vocabulary import ModelTask
 from gateway.traffic.splits import choose
 
 
@@ -28,6 +29,14 @@ def check_access(principal, requested: str, model_view) -> None:
     missing model (OpenAI's convention) and names nothing but what was asked for."""
     if not (principal.may_use(requested) or principal.may_use(model_view.name)):
         raise model_not_found(requested)
+
+
+def check_task(protocol, model_view) -> None:
+    """An embedding model answers /v1/embeddings only: a chat or completion request for it is
+    refused here, not forwarded to an engine that would answer it with a 404."""
+    if model_view.task == ModelTask.EMBEDDING and protocol.method != "embeddings":
+        raise OpenAIError(400, f"'{model_view.name}' is an embedding model: send it to "
+                          "/v1/embeddings", param="model", code=ErrorCode.NOT_A_CHAT_MODEL)
 
 
 def fallback_views(snapshot, model_view, principal) -> list:

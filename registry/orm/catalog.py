@@ -11,19 +11,28 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from common.vocabulary import BackendState, EngineKind, Tier, VersionKind, VersionStatus, values
+from common.vocabulary import (
+    BackendState,
+    EngineKind,
+    ModelTask,
+    Tier,
+    VersionKind,
+    VersionStatus,
+    values,
+)
 from registry.orm.base import Base, Timestamps, Versioned, one_of, utcnow
 
 # The CHECK constraints' allowed values (their text is what the migrations created).
 TIERS = values(Tier)
 VERSION_KINDS = values(VersionKind)
 VERSION_STATUSES = values(VersionStatus)
+TASKS = values(ModelTask)
 BACKEND_STATES = values(BackendState)
 
 
 class Model(Versioned, Timestamps, Base):
     __tablename__ = "models"
-    __table_args__ = (one_of("tier", TIERS),)
+    __table_args__ = (one_of("tier", TIERS), one_of("task", TASKS))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
@@ -36,6 +45,8 @@ class Model(Versioned, Timestamps, Base):
     price_out_per_1k: Mapped[float] = mapped_column(Float, default=0.0)
     # content types the model reads (gateway.request_path.modalities); text-only unless declared
     modalities: Mapped[list[Any]] = mapped_column(default=lambda: ["text"])
+    task: Mapped[str] = mapped_column(String(20), default=ModelTask.CHAT.value,
+                                      server_default=ModelTask.CHAT.value)
 
     versions: Mapped[list[ModelVersion]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True,

@@ -1,5 +1,6 @@
-// Playground (every role): chat with any model the signed-in key may use, streamed, with the
-// request's latency, time to first token and token counts.
+// Playground (every role): chat with any chat model the signed-in key may use, streamed, with
+// the request's latency, time to first token and token counts. Embedding models cannot chat:
+// they are listed apart, with the endpoint that serves them.
 import { api, streamChat } from "../api.js";
 import { ErrorNote, Field, Loaded, html, useLoad, useRef, useState } from "../ui.js";
 
@@ -24,8 +25,12 @@ export function Playground({ me }) {
     } catch (err) { setError(err); } finally { setBusy(false); }
   };
   return html`<${Loaded} state=${state}>${(list) => {
-    const models = list.data.map((m) => m.id).filter((id) => !me.models || me.models.includes(id));
+    const usable = list.data.filter((m) => !me.models || me.models.includes(m.id));
+    const ids = (task) => usable.filter((m) => (m.inferplane_task || "chat") === task).map((m) => m.id);
+    const models = ids("chat"), embeddings = ids("embedding");
     return html`<form class="playground" aria-label="Chat" onSubmit=${(e) => send(e, models)}>
+      ${embeddings.length ? html`<p class="muted" data-testid="embedding-models">Embedding models
+        (POST /v1/embeddings, not chat): ${embeddings.join(", ")}</p>` : null}
       <div class="grid">
         <${Field} label="Model" name="model" form=${form} set=${set} options=${models} />
         <${Field} label="Max tokens" name="max_tokens" type="number" form=${form} set=${set} />

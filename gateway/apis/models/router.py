@@ -14,9 +14,10 @@ from gateway.request_path.json_response import OrjsonResponse
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-def _entry(name: str, root: str, parent: str | None = None, kind: str = "model") -> dict:
+def _entry(name: str, root: str, parent: str | None = None, kind: str = "model",
+           task: str = "chat") -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "inferplane",
-            "root": root, "parent": parent, "inferplane_kind": kind}
+            "root": root, "parent": parent, "inferplane_kind": kind, "inferplane_task": task}
 
 
 def visible_models(snapshot, principal: Principal) -> list[dict]:
@@ -24,12 +25,13 @@ def visible_models(snapshot, principal: Principal) -> list[dict]:
     for name, model in sorted(snapshot.models.items()):
         if not principal.may_use(name):
             continue
-        data.append(_entry(name, name))
-        data.extend(_entry(f"{name}:{a}", name, name, "adapter")
+        data.append(_entry(name, name, task=model.task))
+        data.extend(_entry(f"{name}:{a}", name, name, "adapter", model.task)
                      for a in sorted(getattr(model, "adapters", ()) or ()))
     for alias, target in sorted(snapshot.aliases.items()):
         if principal.may_use(alias) or principal.may_use(target):
-            data.append(_entry(alias, target, target, "alias"))
+            view = snapshot.models.get(target)
+            data.append(_entry(alias, target, target, "alias", view.task if view else "chat"))
     return data
 
 

@@ -18,6 +18,7 @@ from tests.conftest import free_port, running_up, start_process, stop_process, w
 from tests.e2e.rollouts.stack import simulated_engine_args
 
 MODEL = "smollm2-135m-instruct"
+EMBEDDING = "all-minilm-l6-v2"
 CANARY = "canary-demo"
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,10 @@ def stack(tmp_path_factory):
                               "--name", "flaky", "--fail-ratio", "0.5"],
                              log_path=work / "flaky.log")]
     config = {"engine_port_base": free_port(), "rollout_tick_s": 0.25,
-              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 4}}]}
+              "models": [{"name": MODEL, "engine_args": {"max_num_seqs": 4}},
+                         # listed, sorting first, never chatted with (the Playground)
+                         {"name": EMBEDDING, "task": "embedding",
+                          "backends": [{"url": f"http://127.0.0.1:{sim}/v1"}]}]}
     try:
         for port, proc in zip((sim, flaky), engines):
             wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=120)
@@ -137,7 +141,10 @@ def test_the_key_owner_sees_only_the_playground_and_chats(stack, page: Page, art
     assert nav_labels(page) == ["Playground"]
     page.goto(stack["base"] + "/console#/keys")  # a typed URL still lands on what it may use
     expect(page.get_by_role("heading", level=1)).to_have_text("Playground")
-    page.get_by_label("Model").select_option(MODEL)
+    # a chat model is preselected; the embedding model (first by name) is only listed apart
+    expect(page.get_by_label("Model")).to_have_value(MODEL)
+    assert EMBEDDING not in page.get_by_label("Model").locator("option").all_inner_texts()
+    expect(page.get_by_test_id("embedding-models")).to_contain_text(EMBEDDING)
     page.get_by_label("Message").fill("What is the capital of France?")
     page.get_by_role("button", name="Send").click()
     expect(page.get_by_test_id("stats")).to_contain_text("completion tokens", timeout=60_000)
