@@ -12,7 +12,7 @@ from gateway.apis.chat.endpoint import CHAT
 from gateway.request_path.modalities import check_content
 from registry.snapshot import build_snapshot
 from tests.control_plane.conftest import build_admin_app
-from tests.gateway.conftest import backend, chat_body, engines, make_gateway, model, reset_engines  # noqa: F401
+from tests.gateway.conftest import backend, chat_body, model
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}

@@ -9,7 +9,7 @@ import httpx
 
 from registry.snapshot import build_snapshot
 from tests.control_plane.conftest import build_admin_app
-from tests.gateway.conftest import backend, chat_body, engines, make_gateway, model, reset_engines  # noqa: F401
+from tests.gateway.conftest import backend, chat_body, model
 
 
 def test_an_embedding_model_does_not_chat_and_is_listed_as_such(engines, make_gateway):
