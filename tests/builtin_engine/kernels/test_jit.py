@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+from tests.conftest import ROOT
+
 SNIPPET = """
 import sys, torch
 from builtin_engine.kernels import get_ops
@@ -19,7 +21,7 @@ def _run(extra: str, env_interpret: str | None) -> subprocess.CompletedProcess:
         env["TRITON_INTERPRET"] = env_interpret
     return subprocess.run([sys.executable, "-c", SNIPPET.format(extra=extra)], env=env,
                           capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                          cwd=ROOT)
 
 
 def test_torch_ops_do_not_import_triton_and_first_cpu_launch_interprets():

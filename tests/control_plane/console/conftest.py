@@ -11,7 +11,7 @@ from playwright.sync_api import sync_playwright
 from tests.control_plane.conftest import env, env_any  # noqa: F401  (admin API on real databases)
 from tests.registry.databases import any_url, pg_url, sqlite_url  # noqa: F401
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "console"
 
 
 def chromium_path() -> str:

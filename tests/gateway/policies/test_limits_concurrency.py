@@ -17,7 +17,7 @@ from tests.gateway.policies.hammer import hammer
 
 TPM = 6000
 DURATION_S = 1.5
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def _run_two_processes(prefix: str) -> list[dict]:
