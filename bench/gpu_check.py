@@ -145,10 +145,8 @@ def check_attention(results: list, dtype: torch.dtype) -> None:
 
 # ---- 2. microbenchmarks --------------------------------------------------------------------
 def bench_decode(rows: list) -> None:
-    from builtin_engine.kernels.decode_attention import (
-        choose_num_splits,
-        paged_decode_attention_triton,
-    )
+    from builtin_engine.kernels.decode_attention import (choose_num_splits,
+                                                         paged_decode_attention_triton)
     from tests.builtin_engine.kernels.paged_case import make_case
     dtype = torch.bfloat16 if DEV == "cuda" else torch.float16
     for hq, hk, d, batch, ctx in sizes([(32, 8, 128, 1, 8192), (32, 8, 128, 32, 2048),

@@ -7,16 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from control_plane.apps import (
-    allowlist,
-    control_plane_app,
-    gateway_settings,
-    mlflow_sync,
-    mount_control_plane,
-    on_registry_change,
-    serve_gateway,
-    usage_to_sql,
-)
+from control_plane.apps import (allowlist, control_plane_app, gateway_settings, mlflow_sync,
+                                 mount_control_plane, on_registry_change, serve_gateway,
+                                 usage_to_sql)
 from control_plane.fleet import prepare_database, running_fleet, say
 from control_plane.server_process import configure_engine_keys, listen, run, uvicorn_server
 from control_plane.settings import Settings

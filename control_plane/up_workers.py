@@ -41,13 +41,8 @@ import httpx
 from common.error_codes import ErrorCode
 from control_plane.apps import control_plane_app, serve_gateway
 from control_plane.fleet import say
-from control_plane.server_process import (
-    configure_engine_keys,
-    configure_logging,
-    listen,
-    run,
-    uvicorn_server,
-)
+from control_plane.server_process import (configure_engine_keys, configure_logging, listen, run,
+                                          uvicorn_server)
 from control_plane.settings import Settings
 
 CONTROL_BASE = "http://control-plane"     # the host name is ignored on a unix socket

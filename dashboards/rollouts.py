@@ -1,16 +1,8 @@
 """Rollouts: rollout state and a side-by-side comparison of model versions."""
 from __future__ import annotations
 
-from grafana import (
-    RATE,
-    dashboard,
-    quantiles,
-    query_variable,
-    state_timeline,
-    target,
-    timeseries,
-    value_mappings,
-)
+from grafana import (RATE, dashboard, quantiles, query_variable, state_timeline, target,
+                      timeseries, value_mappings)
 
 from common.metric_names import Metric
 from common.vocabulary import RolloutPhase

@@ -21,17 +21,9 @@ from sqlalchemy.orm import Session
 
 from common.vocabulary import VersionKind
 from registry.errors import RegistryError
-from registry.mlflow_remote import (
-    FIELD_TAGS,
-    TAG_BASE,
-    TAG_KIND,
-    TAG_LABEL,
-    TAG_SOURCE,
-    MlflowRegistry,
-    RemoteModel,
-    mlflow_alias_problem,
-    mlflow_source,
-)
+from registry.mlflow_remote import (FIELD_TAGS, TAG_BASE, TAG_KIND, TAG_LABEL, TAG_SOURCE,
+                                    MlflowRegistry, RemoteModel, mlflow_alias_problem,
+                                    mlflow_source)
 from registry.mlflow_state import load_base, save_base
 from registry.orm.catalog import Alias, Model, ModelVersion
 from registry.queries import add_version, audit, delete_alias, set_alias, upsert_model

@@ -28,15 +28,8 @@ from registry.errors import ConflictError, InvalidError, NotFoundError, check_ro
 from registry.named import create_named, get_named
 from registry.orm.audit import AuditLog, RegistryState
 from registry.orm.base import utcnow
-from registry.orm.catalog import (
-    Adapter,
-    Alias,
-    AliasHistory,
-    Backend,
-    BackendAdapter,
-    Model,
-    ModelVersion,
-)
+from registry.orm.catalog import (Adapter, Alias, AliasHistory, Backend, BackendAdapter, Model,
+                                  ModelVersion)
 
 # --- registry state + audit -------------------------------------------------------------
 

@@ -1,13 +1,8 @@
 """Per-request block tables on top of the block pool: prefix lookup, slot allocation, swap."""
 from __future__ import annotations
 
-from builtin_engine.core.block_pool import (
-    ROOT_PARENT_HASH,
-    Block,
-    BlockPool,
-    CpuBlockPool,
-    hash_block_tokens,
-)
+from builtin_engine.core.block_pool import (ROOT_PARENT_HASH, Block, BlockPool, CpuBlockPool,
+                                             hash_block_tokens)
 from builtin_engine.core.request import Request
 
 

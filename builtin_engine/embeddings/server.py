@@ -13,24 +13,15 @@ import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
+                               generate_latest)
 
 from builtin_engine.embeddings.batcher import EmbeddingBatcher
 from builtin_engine.embeddings.protocol import EmbeddingRequest, embeddings_body
 from builtin_engine.errors import EngineError
 from builtin_engine.serving.api_key import ApiKeyMiddleware
-from builtin_engine.serving.app_setup import (
-    NATIVE_TRACING_OFF,
-    install_error_handlers,
-    unsupported_router,
-)
+from builtin_engine.serving.app_setup import (NATIVE_TRACING_OFF, install_error_handlers,
+                                              unsupported_router)
 from builtin_engine.serving.protocol import TokenizeRequest
 from builtin_engine.serving.tracing import EngineTraceMiddleware
 from common.error_codes import ErrorCode

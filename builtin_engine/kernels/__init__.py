@@ -16,13 +16,8 @@ from __future__ import annotations
 
 import logging
 
-from builtin_engine.kernels.ops import (
-    KernelOps,
-    TorchAttention,
-    TorchElementwise,
-    TritonAttention,
-    TritonElementwise,
-)
+from builtin_engine.kernels.ops import (KernelOps, TorchAttention, TorchElementwise,
+                                         TritonAttention, TritonElementwise)
 
 logger = logging.getLogger(__name__)
 

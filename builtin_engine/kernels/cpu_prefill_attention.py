@@ -30,10 +30,8 @@ from __future__ import annotations
 import torch
 
 from builtin_engine.kernels.cpu_extension import kernel_sources, load_extension
-from builtin_engine.kernels.cpu_prefill_attention_bf16 import (
-    bf16_prefill_attention,
-    bf16_prefill_serves,
-)
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import (bf16_prefill_attention,
+                                                               bf16_prefill_serves)
 
 _SOURCES = kernel_sources("cpu_prefill_attention.cpp")  # in kernels/csrc/
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 import torch
 
 from builtin_engine.kernels.activation import silu_and_mul_torch, silu_and_mul_triton
-from builtin_engine.kernels.attention import (
-    AttentionMetadata,
-    paged_attention_torch,
-    store_kv_torch,
-)
+from builtin_engine.kernels.attention import (AttentionMetadata, paged_attention_torch,
+                                              store_kv_torch)
 from builtin_engine.kernels.layernorm import rms_norm_torch, rms_norm_triton
 from builtin_engine.kernels.rotary import build_rope_cache, rotary_torch, rotary_triton
 

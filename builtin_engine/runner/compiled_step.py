@@ -39,29 +39,17 @@ from itertools import accumulate
 import torch
 
 from builtin_engine.kernels.activation import silu_and_mul_torch
-from builtin_engine.kernels.attention import (
-    SHORT_QUERY,
-    AttentionMetadata,
-    _as_decode,
-    select_sequences,
-    split_last_token,
-)
+from builtin_engine.kernels.attention import (SHORT_QUERY, AttentionMetadata, _as_decode,
+                                              select_sequences, split_last_token)
 from builtin_engine.kernels.cpu_activation import cpu_silu_and_mul, cpu_silu_and_mul_available
 from builtin_engine.kernels.cpu_decode_attention import cpu_decode_attention_available
 from builtin_engine.kernels.cpu_prefill_attention import cpu_prefill_attention_serves
-from builtin_engine.kernels.cpu_prefill_attention_bf16 import (
-    bf16_prefill_engine,
-    bf16_prefill_serves,
-)
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import (bf16_prefill_engine,
+                                                               bf16_prefill_serves)
 from builtin_engine.kernels.layernorm import rms_norm_torch as rms_norm
 from builtin_engine.kernels.packed_linear import packed_linear
-from builtin_engine.kernels.paged_attention_ops import (
-    BlockPlan,
-    decode_attention,
-    pack_long_runs,
-    prefill_attention_op,
-    store_kv_op,
-)
+from builtin_engine.kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
+                                                        prefill_attention_op, store_kv_op)
 from builtin_engine.kernels.rotary import _rotate as rotary
 from builtin_engine.models.quantization import Int8Weight
 

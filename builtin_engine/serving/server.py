@@ -16,24 +16,12 @@ from builtin_engine.runner.logprobs import chat_logprobs, completion_logprobs
 from builtin_engine.serving.adapters import AdapterRegistry
 from builtin_engine.serving.adapters import router as adapter_router
 from builtin_engine.serving.api_key import ApiKeyMiddleware
-from builtin_engine.serving.app_setup import (
-    NATIVE_TRACING_OFF,
-    install_error_handlers,
-    unsupported_router,
-)
-from builtin_engine.serving.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    TokenizeRequest,
-)
-from builtin_engine.serving.text_stream import (
-    TextChunk,
-    attach_grammar,
-    chat_messages,
-    generate_text,
-    resolve_max_tokens,
-    tool_call_chunks,
-)
+from builtin_engine.serving.app_setup import (NATIVE_TRACING_OFF, install_error_handlers,
+                                              unsupported_router)
+from builtin_engine.serving.protocol import (ChatCompletionRequest, CompletionRequest,
+                                             TokenizeRequest)
+from builtin_engine.serving.text_stream import (TextChunk, attach_grammar, chat_messages,
+                                                generate_text, resolve_max_tokens, tool_call_chunks)
 from builtin_engine.serving.tracing import EngineTraceMiddleware, traced_outputs
 from builtin_engine.structured.tool_calls import merge_deltas
 from common.error_codes import ErrorCode

@@ -9,29 +9,11 @@ from pydantic import Field
 from sqlalchemy import select
 
 from common.auth.principal import Principal
-from control_plane.admin.common import (
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    Page,
-    PageDep,
-    PathName,
-    RowId,
-    delete_row,
-    image,
-    operator,
-    paginate,
-    with_etag,
-)
+from control_plane.admin.common import (NAME_PATTERN, AdminContext, Body, Page, PageDep, PathName,
+                                        RowId, delete_row, image, operator, paginate, with_etag)
 from registry.orm.catalog import Adapter
-from registry.queries import (
-    add_adapter,
-    attach_adapter,
-    detach_adapter,
-    get_adapter,
-    get_backend,
-    get_model,
-)
+from registry.queries import (add_adapter, attach_adapter, detach_adapter, get_adapter, get_backend,
+                              get_model)
 
 
 class AdapterCreate(Body):

@@ -12,21 +12,9 @@ from pydantic import Field
 from sqlalchemy import select
 
 from common.auth.principal import Principal
-from control_plane.admin.common import (
-    MAX_INT,
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    Page,
-    PageDep,
-    PathName,
-    actor_of,
-    expected_row_version,
-    image,
-    operator,
-    paginate,
-    with_etag,
-)
+from control_plane.admin.common import (MAX_INT, NAME_PATTERN, AdminContext, Body, Page, PageDep,
+                                        PathName, actor_of, expected_row_version, image, operator,
+                                        paginate, with_etag)
 from registry.dependents import check_alias_unused
 from registry.orm.catalog import Alias, AliasHistory
 from registry.queries import delete_alias, get_alias, get_model, set_alias

@@ -10,21 +10,8 @@ from sqlalchemy import select
 
 from common.auth.principal import Principal
 from common.vocabulary import BackendState, EngineKind, Tier
-from control_plane.admin.common import (
-    AdminContext,
-    Body,
-    Name,
-    Page,
-    PageDep,
-    Patch,
-    RowId,
-    delete_row,
-    image,
-    operator,
-    paginate,
-    patch_row,
-    with_etag,
-)
+from control_plane.admin.common import (AdminContext, Body, Name, Page, PageDep, Patch, RowId,
+                                        delete_row, image, operator, paginate, patch_row, with_etag)
 from control_plane.backend_allowlist import allowlist_of
 from registry.orm.catalog import Backend, Model
 from registry.queries import add_backend, get_backend, get_model, get_version

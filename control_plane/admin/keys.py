@@ -13,32 +13,11 @@ from sqlalchemy import select
 from common.auth.principal import Principal
 from common.vocabulary import Priority, Role
 from control_plane.admin.budget_status import budget_status
-from control_plane.admin.common import (
-    AdminContext,
-    Body,
-    BudgetPeriod,
-    Count,
-    Money,
-    Name,
-    Page,
-    PageDep,
-    Patch,
-    RowId,
-    admin,
-    image,
-    paginate,
-    patch_row,
-    with_etag,
-)
-from registry.access_queries import (
-    MIN_SECRET_LEN,
-    check_admin_remains,
-    check_team,
-    create_key,
-    get_key,
-    revoke_key,
-    rotate_key,
-)
+from control_plane.admin.common import (AdminContext, Body, BudgetPeriod, Count, Money, Name, Page,
+                                        PageDep, Patch, RowId, admin, image, paginate, patch_row,
+                                        with_etag)
+from registry.access_queries import (MIN_SECRET_LEN, check_admin_remains, check_team, create_key,
+                                     get_key, revoke_key, rotate_key)
 from registry.orm.access import ApiKey
 
 Secret = Field(None, min_length=MIN_SECRET_LEN, max_length=200, pattern=r"^[\x21-\x7e]+$",

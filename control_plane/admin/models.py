@@ -10,23 +10,9 @@ from sqlalchemy.orm import Session
 from common.auth.principal import Principal
 from common.error_codes import ErrorCode
 from common.vocabulary import Modality, ModelTask, RoutingStrategy, Tier
-from control_plane.admin.common import (
-    MAX_INT,
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    Name,
-    Page,
-    PageDep,
-    Patch,
-    PathName,
-    delete_row,
-    image,
-    operator,
-    paginate,
-    patch_row,
-    with_etag,
-)
+from control_plane.admin.common import (MAX_INT, NAME_PATTERN, AdminContext, Body, Name, Page,
+                                        PageDep, Patch, PathName, delete_row, image, operator,
+                                        paginate, patch_row, with_etag)
 from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
 from registry.orm.catalog import Model

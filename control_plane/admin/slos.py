@@ -12,20 +12,8 @@ from sqlalchemy import select
 from common.auth.principal import Principal
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
-from control_plane.admin.common import (
-    MAX_INT,
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    Name,
-    Page,
-    PageDep,
-    PathName,
-    RowId,
-    image,
-    operator,
-    paginate,
-)
+from control_plane.admin.common import (MAX_INT, NAME_PATTERN, AdminContext, Body, Name, Page,
+                                        PageDep, PathName, RowId, image, operator, paginate)
 from registry.errors import NotFoundError
 from registry.orm.slos import Slo
 from registry.queries import get_model

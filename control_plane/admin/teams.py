@@ -9,24 +9,9 @@ from sqlalchemy import func, select
 from common.auth.principal import Principal
 from common.error_codes import ErrorCode
 from control_plane.admin.budget_status import budget_status
-from control_plane.admin.common import (
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    BudgetPeriod,
-    Count,
-    Money,
-    Page,
-    PageDep,
-    Patch,
-    PathName,
-    admin,
-    delete_row,
-    image,
-    paginate,
-    patch_row,
-    with_etag,
-)
+from control_plane.admin.common import (NAME_PATTERN, AdminContext, Body, BudgetPeriod, Count,
+                                        Money, Page, PageDep, Patch, PathName, admin, delete_row,
+                                        image, paginate, patch_row, with_etag)
 from registry.access_queries import create_team, get_team
 from registry.errors import ConflictError
 from registry.orm.access import ApiKey, Team

@@ -10,21 +10,9 @@ from sqlalchemy import select
 
 from common.auth.principal import Principal
 from common.vocabulary import VersionKind, VersionStatus
-from control_plane.admin.common import (
-    NAME_PATTERN,
-    AdminContext,
-    Body,
-    Page,
-    PageDep,
-    Patch,
-    PathName,
-    delete_row,
-    image,
-    operator,
-    paginate,
-    patch_row,
-    with_etag,
-)
+from control_plane.admin.common import (NAME_PATTERN, AdminContext, Body, Page, PageDep, Patch,
+                                        PathName, delete_row, image, operator, paginate, patch_row,
+                                        with_etag)
 from registry.dependents import check_version_unused
 from registry.json_values import check_storable
 from registry.orm.catalog import ModelVersion

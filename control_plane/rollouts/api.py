@@ -20,17 +20,8 @@ from common.auth.principal import Principal
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.openapi_doc import openapi_body
-from control_plane.admin.common import (
-    ADMIN_PREFIX,
-    AdminContext,
-    Page,
-    PageDep,
-    RowId,
-    actor_of,
-    install_admin_error_handlers,
-    operator,
-    paginate,
-)
+from control_plane.admin.common import (ADMIN_PREFIX, AdminContext, Page, PageDep, RowId, actor_of,
+                                        install_admin_error_handlers, operator, paginate)
 from control_plane.rollouts import store
 from control_plane.rollouts import transitions as t
 from control_plane.rollouts.spec import DB_STATE, PHASES, ResumeBody, RolloutCreate

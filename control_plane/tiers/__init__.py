@@ -6,20 +6,12 @@ Wiring (in `inferplane up` / `control-plane`):
     background.append(asyncio.create_task(tiers.run()))
 and the gateway gets `InProcessColdStarter(tiers, snapshots)` (gateway/traffic/coldstart.py).
 """
-from control_plane.tiers.adapters import (
-    AdapterLoadFailed,
-    AdapterManager,
-    AdapterSlotsBusy,
-    NoEngineForAdapter,
-)
+from control_plane.tiers.adapters import (AdapterLoadFailed, AdapterManager, AdapterSlotsBusy,
+                                          NoEngineForAdapter)
 from control_plane.tiers.api import build_tiers_router
 from control_plane.tiers.config import EngineTemplate, TierConfig, tier_config_from_settings
-from control_plane.tiers.manager import (
-    EngineBudgetExhausted,
-    EngineStartFailed,
-    NoEngineTemplate,
-    TierManager,
-)
+from control_plane.tiers.manager import (EngineBudgetExhausted, EngineStartFailed, NoEngineTemplate,
+                                         TierManager)
 from control_plane.tiers.policy import RateTracker, decide_tier
 from control_plane.tiers.store import TierError, UnknownAdapter, UnknownModel
 

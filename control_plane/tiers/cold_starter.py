@@ -13,12 +13,8 @@ import time
 
 from common.errors import InferplaneError
 from control_plane.tiers.store import TierError
-from gateway.traffic.coldstart import (
-    ADAPTER_REFUSALS,
-    engine_listed,
-    has_ready_backend,
-    wait_for_snapshot,
-)
+from gateway.traffic.coldstart import (ADAPTER_REFUSALS, engine_listed, has_ready_backend,
+                                       wait_for_snapshot)
 
 log = logging.getLogger("inferplane.coldstart")
 

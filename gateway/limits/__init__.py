@@ -11,14 +11,8 @@ import os
 
 from common.budget_periods import PERIODS, period_bounds
 from gateway.limits.base import RateLimiter
-from gateway.limits.budget import (
-    DEFAULT_HOLD_TTL_S,
-    Budget,
-    BudgetHold,
-    InMemorySpendTracker,
-    Prices,
-    SpendTracker,
-)
+from gateway.limits.budget import (DEFAULT_HOLD_TTL_S, Budget, BudgetHold, InMemorySpendTracker,
+                                   Prices, SpendTracker)
 from gateway.limits.memory import InMemoryRateLimiter
 from gateway.limits.outage import FailMode
 from gateway.limits.redis_budget import RedisSpendTracker

@@ -7,15 +7,8 @@ import logging
 
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
-from gateway.limits import (
-    Budget,
-    Limit,
-    Prices,
-    TokenEstimator,
-    create_rate_limiter,
-    create_spend_tracker,
-    reservation_tokens,
-)
+from gateway.limits import (Budget, Limit, Prices, TokenEstimator, create_rate_limiter,
+                            create_spend_tracker, reservation_tokens)
 from gateway.request_path.eager import start_eagerly
 from gateway.settings import GatewaySettings
 

@@ -27,13 +27,8 @@ import orjson
 
 from common.workers import SharedStore
 from gateway.limits.base import RateLimiter, now_ms_from
-from gateway.limits.budget import (
-    DEFAULT_HOLD_TTL_S,
-    Budget,
-    BudgetHold,
-    InMemorySpendTracker,
-    SpendTracker,
-)
+from gateway.limits.budget import (DEFAULT_HOLD_TTL_S, Budget, BudgetHold, InMemorySpendTracker,
+                                   SpendTracker)
 from gateway.limits.budget import Counter as SpendKey
 from gateway.limits.types import BUCKET_S, WINDOW_S, Counter
 from gateway.limits.window import RawResult, WindowStore

@@ -12,16 +12,8 @@ from common.vocabulary import BackendState, RoutingStrategy
 from gateway.routing.load_book import LoadBook
 from gateway.routing.prefix_index import PrefixIndex
 from gateway.routing.resident import ResidentBlocks
-from gateway.routing.strategies import (
-    LeastLoaded,
-    LoraAffinity,
-    PowerOfTwo,
-    PrefixAware,
-    RoundRobin,
-    RouteContext,
-    SessionAffinity,
-    Weighted,
-)
+from gateway.routing.strategies import (LeastLoaded, LoraAffinity, PowerOfTwo, PrefixAware,
+                                        RoundRobin, RouteContext, SessionAffinity, Weighted)
 from gateway.settings import RoutingSettings
 
 ROUTABLE_STATES = frozenset({BackendState.READY})

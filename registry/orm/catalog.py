@@ -11,15 +11,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from common.vocabulary import (
-    BackendState,
-    EngineKind,
-    ModelTask,
-    Tier,
-    VersionKind,
-    VersionStatus,
-    values,
-)
+from common.vocabulary import (BackendState, EngineKind, ModelTask, Tier, VersionKind,
+                                VersionStatus, values)
 from registry.orm.base import Base, Timestamps, Versioned, one_of, utcnow
 
 # The CHECK constraints' allowed values (their text is what the migrations created).

@@ -19,12 +19,8 @@ import httpx
 import pytest
 
 from common.metric_names import Metric
-from tests.alerts.monitoring import (
-    alertmanager_config,
-    fast_rules,
-    running_alertmanager,
-    running_prometheus,
-)
+from tests.alerts.monitoring import (alertmanager_config, fast_rules, running_alertmanager,
+                                     running_prometheus)
 from tests.alerts.webhook_receiver import WebhookReceiver, alerts_in
 from tests.conftest import free_port, running_up, start_process, stop_process, wait_http
 from tests.observability.test_prometheus_e2e import wait_for_samples

@@ -7,13 +7,8 @@ import asyncio
 
 import pytest
 
-from engine_adapter.wire_client import (
-    HIGH_WATER,
-    Target,
-    WireConnectError,
-    WirePool,
-    WireProtocolError,
-)
+from engine_adapter.wire_client import (HIGH_WATER, Target, WireConnectError, WirePool,
+                                         WireProtocolError)
 from tests.conftest import free_port
 
 HEAD = b"POST /v1/x HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: "

@@ -21,16 +21,8 @@ from gateway.limits.gate import LimitsGate
 from gateway.request_path import pipeline, proxy, request_scope
 from gateway.settings import GatewaySettings
 from gateway.traffic.breaker import CircuitBreaker
-from tests.gateway.conftest import (
-    MutableSource,
-    backend,
-    chat_body,
-    default_keys,
-    key,
-    model,
-    snapshot,
-    start_gateway,
-)
+from tests.gateway.conftest import (MutableSource, backend, chat_body, default_keys, key, model,
+                                    snapshot, start_gateway)
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SETTINGS = {"routing": {"load_poll_interval_s": 0}, "retries": 1,

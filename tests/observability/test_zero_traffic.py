@@ -14,12 +14,8 @@ import pytest
 from common.metric_names import Metric
 from gateway.traffic.breaker import BreakerState
 from tests.conftest import free_port, running_up
-from tests.observability.metric_names import (
-    is_exported,
-    names_from_exposition,
-    names_with_samples,
-    referenced_metrics,
-)
+from tests.observability.metric_names import (is_exported, names_from_exposition,
+                                              names_with_samples, referenced_metrics)
 
 MODEL = "smollm2-135m-instruct"
 # One series per rollout or per SLO: none exist on a fresh install, so these families are

@@ -7,19 +7,9 @@ import orjson
 import pytest
 from sqlalchemy import CheckConstraint
 
-from common.vocabulary import (
-    BackendState,
-    BreakerState,
-    BudgetPeriod,
-    Priority,
-    Role,
-    RolloutPhase,
-    RolloutState,
-    Tier,
-    VersionKind,
-    VersionStatus,
-    values,
-)
+from common.vocabulary import (BackendState, BreakerState, BudgetPeriod, Priority, Role,
+                                RolloutPhase, RolloutState, Tier, VersionKind, VersionStatus,
+                                values)
 from registry.orm import catalog as models
 from registry.orm.access import ApiKey, Team
 from registry.orm.rollouts import Rollout

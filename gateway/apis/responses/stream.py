@@ -21,14 +21,8 @@ from dataclasses import dataclass
 
 from gateway.apis.chunk_reader import ChatChunkReader
 from gateway.apis.events import new_id
-from gateway.apis.responses.translate import (
-    ResponseInfo,
-    finish,
-    function_item,
-    message_item,
-    skeleton,
-    text_part,
-)
+from gateway.apis.responses.translate import (ResponseInfo, finish, function_item, message_item,
+                                              skeleton, text_part)
 
 
 @dataclass

@@ -6,13 +6,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from builtin_engine.core.block_pool import (
-    ROOT_PARENT_HASH,
-    BlockPool,
-    CpuBlockPool,
-    hash_block_tokens,
-    hash_prompt_blocks,
-)
+from builtin_engine.core.block_pool import (ROOT_PARENT_HASH, BlockPool, CpuBlockPool,
+                                             hash_block_tokens, hash_prompt_blocks)
 
 
 def _cache(pool: BlockPool, block, tokens: tuple[int, ...]) -> int:

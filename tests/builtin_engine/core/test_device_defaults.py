@@ -4,13 +4,8 @@ from __future__ import annotations
 import pytest
 
 from builtin_engine.core.config import EngineConfig
-from builtin_engine.core.device_defaults import (
-    THREADS_ENV,
-    cpu_flags,
-    cpu_has_native_bf16,
-    resolve_dtype,
-    resolve_threads,
-)
+from builtin_engine.core.device_defaults import (THREADS_ENV, cpu_flags, cpu_has_native_bf16,
+                                                 resolve_dtype, resolve_threads)
 
 
 def test_bf16_only_with_native_dot_products():

@@ -4,11 +4,8 @@ mixed batch (decode rows beside prompt runs) attended in one call, all against t
 reference on the unchanged metadata."""
 import torch
 
-from builtin_engine.kernels.attention import (
-    paged_attention_torch,
-    select_sequences,
-    split_last_token,
-)
+from builtin_engine.kernels.attention import (paged_attention_torch, select_sequences,
+                                               split_last_token)
 from tests.builtin_engine.kernels.paged_case import make_case
 
 

@@ -7,11 +7,8 @@ import torch
 
 from builtin_engine.core.device_defaults import cpu_flags
 from builtin_engine.kernels.activation import silu_and_mul_torch
-from builtin_engine.kernels.cpu_activation import (
-    cpu_silu_and_mul,
-    cpu_silu_and_mul_available,
-    cpu_silu_and_mul_serves,
-)
+from builtin_engine.kernels.cpu_activation import (cpu_silu_and_mul, cpu_silu_and_mul_available,
+                                                   cpu_silu_and_mul_serves)
 
 HAS_BF16 = "avx512_bf16" in cpu_flags()
 needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="the kernel is for CPUs with AVX512-BF16")

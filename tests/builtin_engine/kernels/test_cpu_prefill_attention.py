@@ -7,10 +7,8 @@ import torch
 
 from builtin_engine.core.device_defaults import cpu_flags
 from builtin_engine.kernels.attention import paged_attention_torch
-from builtin_engine.kernels.cpu_prefill_attention import (
-    cpu_prefill_attention_available,
-    cpu_prefill_attention_serves,
-)
+from builtin_engine.kernels.cpu_prefill_attention import (cpu_prefill_attention_available,
+                                                          cpu_prefill_attention_serves)
 from builtin_engine.kernels.paged_attention_ops import pack_long_runs, prefill_attention_op
 from tests.builtin_engine.kernels.paged_case import make_case
 

@@ -8,11 +8,9 @@ import torch
 
 from builtin_engine.core.device_defaults import cpu_flags
 from builtin_engine.kernels.attention import paged_attention_torch
-from builtin_engine.kernels.cpu_prefill_attention_bf16 import (
-    bf16_prefill_attention,
-    bf16_prefill_engine,
-    bf16_prefill_serves,
-)
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import (bf16_prefill_attention,
+                                                               bf16_prefill_engine,
+                                                               bf16_prefill_serves)
 from tests.builtin_engine.kernels.paged_case import make_case
 
 pytestmark = pytest.mark.skipif(not {"amx_bf16", "avx512_bf16"} & cpu_flags(),

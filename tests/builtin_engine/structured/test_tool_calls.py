@@ -7,14 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builtin_engine.structured.tool_calls import (
-    ARGS_PREFIX,
-    CALL_BEGIN,
-    CALL_END,
-    ToolCallStream,
-    merge_deltas,
-    render_messages,
-)
+from builtin_engine.structured.tool_calls import (ARGS_PREFIX, CALL_BEGIN, CALL_END,
+                                                   ToolCallStream, merge_deltas, render_messages)
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from control_plane.rollouts.metrics_source import (
-    Histogram,
-    MetricsSource,
-    MetricsUnavailable,
-    RegistryMetricsSource,
-    parse_metrics,
-)
+from control_plane.rollouts.metrics_source import (Histogram, MetricsSource, MetricsUnavailable,
+                                                    RegistryMetricsSource, parse_metrics)
 from gateway.observability.metrics import GatewayMetrics
 from tests.conftest import free_port
 from tests.control_plane.rollouts.conftest import Traffic

@@ -10,14 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from control_plane.supervisor import EngineSpec, EngineSupervisor
-from control_plane.tiers import (
-    AdapterManager,
-    AdapterSlotsBusy,
-    NoEngineForAdapter,
-    TierConfig,
-    TierManager,
-    UnknownAdapter,
-)
+from control_plane.tiers import (AdapterManager, AdapterSlotsBusy, NoEngineForAdapter, TierConfig,
+                                 TierManager, UnknownAdapter)
 from registry import queries as q
 from registry.orm.catalog import Adapter, BackendAdapter
 from tests.control_plane.tiers.conftest import add_model, make_peft_dir

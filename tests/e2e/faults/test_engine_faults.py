@@ -18,17 +18,9 @@ import pytest
 
 from common.metric_names import Metric
 from tests.conftest import running_up
-from tests.e2e.faults.conftest import (
-    BlackHole,
-    Stack,
-    assert_nothing_lost,
-    delta,
-    free_port,
-    openai_model,
-    start_builtin_engine,
-    start_fake_engine,
-    stop_process,
-)
+from tests.e2e.faults.conftest import (BlackHole, Stack, assert_nothing_lost, delta, free_port,
+                                       openai_model, start_builtin_engine, start_fake_engine,
+                                       stop_process)
 
 FIRST_TOKEN_S = 2.0
 TOTAL_S = 6.0

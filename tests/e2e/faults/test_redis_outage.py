@@ -17,15 +17,8 @@ import redis
 
 from common.metric_names import Metric
 from tests.conftest import free_port, running_up
-from tests.e2e.faults.conftest import (
-    PrivateRedis,
-    Stack,
-    assert_nothing_lost,
-    delta,
-    openai_model,
-    start_fake_engine,
-    stop_process,
-)
+from tests.e2e.faults.conftest import (PrivateRedis, Stack, assert_nothing_lost, delta,
+                                       openai_model, start_fake_engine, stop_process)
 
 REDIS_PORT = 19479
 MODEL = "limited"

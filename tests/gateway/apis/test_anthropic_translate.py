@@ -4,13 +4,8 @@ import pytest
 from anthropic.types import Message
 
 from common.errors import OpenAIError
-from gateway.apis.anthropic.translate import (
-    MessagesRequest,
-    error_body,
-    from_chat,
-    parse_messages_request,
-    to_chat,
-)
+from gateway.apis.anthropic.translate import (MessagesRequest, error_body, from_chat,
+                                              parse_messages_request, to_chat)
 
 
 def _req(**fields) -> MessagesRequest:

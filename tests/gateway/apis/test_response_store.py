@@ -2,12 +2,8 @@
 import asyncio
 import uuid
 
-from gateway.apis.responses.store import (
-    MemoryResponseStore,
-    RedisResponseStore,
-    StoredResponse,
-    response_store,
-)
+from gateway.apis.responses.store import (MemoryResponseStore, RedisResponseStore, StoredResponse,
+                                           response_store)
 
 
 def _record(i: int, owner: str = "k1") -> StoredResponse:

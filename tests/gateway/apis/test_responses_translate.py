@@ -3,13 +3,8 @@ import pytest
 from openai.types.responses import Response
 
 from common.errors import OpenAIError
-from gateway.apis.responses.translate import (
-    ResponseInfo,
-    from_chat,
-    output_messages,
-    parse_responses_request,
-    to_chat,
-)
+from gateway.apis.responses.translate import (ResponseInfo, from_chat, output_messages,
+                                              parse_responses_request, to_chat)
 
 
 def _req(**fields):

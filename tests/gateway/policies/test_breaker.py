@@ -5,15 +5,8 @@ import asyncio
 
 import pytest
 
-from gateway.traffic.breaker import (
-    CLOSED,
-    HALF_OPEN,
-    OPEN,
-    STATE_CODES,
-    BreakerConfig,
-    BreakerRegistry,
-    CircuitBreaker,
-)
+from gateway.traffic.breaker import (CLOSED, HALF_OPEN, OPEN, STATE_CODES, BreakerConfig,
+                                      BreakerRegistry, CircuitBreaker)
 from tests.gateway.policies.conftest import FakeClock
 
 CONFIG = BreakerConfig(window_s=10, min_requests=4, failure_rate_threshold=0.5,

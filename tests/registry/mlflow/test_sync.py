@@ -15,15 +15,8 @@ from registry.mlflow_remote import MlflowUnavailable
 from registry.mlflow_sync import MlflowSync
 from registry.orm.audit import AuditLog
 from registry.orm.catalog import AliasHistory
-from registry.queries import (
-    add_version,
-    create_model,
-    delete_alias,
-    get_model,
-    get_snapshot_version,
-    get_version,
-    set_alias,
-)
+from registry.queries import (add_version, create_model, delete_alias, get_model,
+                              get_snapshot_version, get_version, set_alias)
 from tests.conftest import free_port
 
 
