@@ -2,7 +2,9 @@
 daily rollups), spend charged, and one request-log row per request (kept for a retention period)."""
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.orm import sessionmaker
@@ -15,6 +17,10 @@ from registry.usage_rollup import add_to_rollups
 
 BUCKET_S = 60
 REQUEST_RETENTION_S = 7 * 24 * 3600  # request-log rows older than this are pruned
+PRUNE_EVERY_S = 60.0   # the request log is pruned at most this often, not with every batch
+# Records per write: under load a batch is written when this many wait (else every 500 ms), so
+# the per-transaction work (bucket and rollup upserts, the prune) is paid per ~1,000 requests.
+MAX_BATCH = 1000
 
 
 def _bucket(ts: float) -> datetime:
@@ -51,14 +57,21 @@ def request_rows(records: list[GatewayUsage]) -> list[dict]:
              "latency_ms": r.latency_ms, "ttft_ms": r.ttft_ms} for r in records]
 
 
-def sql_usage_writer(sessions: sessionmaker,
-                     request_retention_s: float = REQUEST_RETENTION_S) -> UsageWriter:
+def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
+                     clock: Callable[[], float] = time.monotonic) -> UsageWriter:
+    pruned_at: list[float | None] = [None]
+
     def sink(batch: list[GatewayUsage]) -> None:
         buckets = aggregate(batch)
+        now = clock()
+        prune = pruned_at[0] is None or now - pruned_at[0] >= PRUNE_EVERY_S
         with sessions.begin() as session:
             record_usage(session, buckets)
             add_to_rollups(session, buckets)
             append_requests(session, request_rows(batch))
-            prune_requests(session, datetime.now(timezone.utc)
-                           - timedelta(seconds=request_retention_s))
-    return UsageWriter(sink)
+            if prune:
+                prune_requests(session, datetime.now(timezone.utc)
+                               - timedelta(seconds=request_retention_s))
+        if prune:   # only once the transaction holding it committed
+            pruned_at[0] = now
+    return UsageWriter(sink, max_batch=MAX_BATCH)

@@ -1,0 +1,45 @@
+"""The SQL usage sink: every record reaches the request log and the usage buckets, records
+older than the retention are pruned, and the prune runs at most once a minute (not per batch)."""
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import func, select
+
+from common.usage_record import UsageRecord
+from control_plane.usage_sink import MAX_BATCH, PRUNE_EVERY_S, sql_usage_writer
+from registry.migrate import upgrade
+from registry.db import make_session_factory
+from registry.orm.request_log import RequestLog
+from registry.orm.usage import Usage
+
+DAY_S = 24 * 3600
+
+
+def rec(i: int, age_s: float = 0.0) -> UsageRecord:
+    return UsageRecord(request_id=f"r{i}", key_id=None, team="t", model="m", version=None,
+                       backend="b", prompt_tokens=3, completion_tokens=2,
+                       created_at=time.time() - age_s)
+
+
+def counts(sessions) -> tuple[int, int]:
+    with sessions() as s:
+        logged = s.scalar(select(func.count()).select_from(RequestLog))
+        requests = s.scalar(select(func.coalesce(func.sum(Usage.requests), 0)))
+    return logged, requests
+
+
+def test_records_are_kept_and_the_old_pruned_once_a_minute(sqlite_url):
+    upgrade(sqlite_url, progress=None)
+    sessions = make_session_factory(sqlite_url)
+    now = [1000.0]
+    writer = sql_usage_writer(sessions, request_retention_s=DAY_S, clock=lambda: now[0])
+    assert writer.max_batch == MAX_BATCH
+    writer.sink([rec(0, age_s=2 * DAY_S), rec(1)])   # the first batch prunes: the old row goes
+    assert counts(sessions) == (1, 2)                # usage still counts both
+    writer.sink([rec(2, age_s=2 * DAY_S)])           # within the minute: no prune
+    assert counts(sessions) == (2, 3)
+    now[0] += PRUNE_EVERY_S
+    writer.sink([rec(3)])                            # a minute on: pruned again
+    assert counts(sessions) == (2, 4)
+    sessions.kw["bind"].dispose()
