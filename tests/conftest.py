@@ -159,6 +159,7 @@ MARKED_NODES = {
         "tests/bench/test_peer_benches.py::test_routing_peers_compares_strategies",
     ],
     "e2e": [
+        "tests/fuzz/",   # schemathesis over both surfaces of running servers and an engine
         "tests/bench/test_peer_benches.py::",        # the gateway and engines as processes
         "tests/bench/test_bench_serve.py::",         # bench/serve.py against an engine
         "tests/bench/test_soak.py::",                # traffic through `inferplane up`
