@@ -27,6 +27,7 @@ from gateway.settings import GatewaySettings, RoutingSettings
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"  # served beside it: /v1/embeddings
+VLLM_EXECUTABLE = "vllm"   # what a vLLM engine is started with unless `executable` names one
 
 
 class BackendSpec(BaseModel):
@@ -154,7 +155,7 @@ class TierSettings(BaseModel):
     tick_s: float = Field(1.0, gt=0)
     # The executables engines may be started with besides this interpreter (the builtin
     # engine): a model's `executable` (vLLM's CLI, default `vllm` on PATH) must be one of them.
-    executables: list[str] = Field(default_factory=lambda: ["vllm"])
+    executables: list[str] = Field(default_factory=lambda: [VLLM_EXECUTABLE])
     host: str = "127.0.0.1"
     # first port of started engines (from settings: engine_port_base + 100 unless set here)
     port_base: int = Field(8200, ge=1, le=65535)
@@ -220,7 +221,7 @@ class Settings(BaseModel):
         if self.leader.lock == "redis" and not self.redis_url:
             raise ValueError("leader.lock: redis needs redis_url")
         for i, spec in enumerate(self.models):
-            executable = spec.executable or "vllm"
+            executable = spec.executable or VLLM_EXECUTABLE
             if spec.engine == EngineKind.VLLM and not spec.backends \
                     and executable not in self.tiers.executables:
                 raise ValueError(f"models[{i}].executable: {executable!r} is not in "

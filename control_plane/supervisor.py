@@ -31,6 +31,7 @@ import httpx
 
 from builtin_engine.serving.api_key import API_KEY_ENV
 from common.vocabulary import BackendState, EngineKind
+from control_plane.settings import VLLM_EXECUTABLE
 from engine_adapter import engine_keys
 
 log = logging.getLogger("inferplane.supervisor")
@@ -79,7 +80,7 @@ class EngineSpec:
     def command(self) -> list[str]:
         where = ["--served-model-name", self.name, "--host", self.host, "--port", str(self.port)]
         if self.engine == EngineKind.VLLM:
-            return [self.executable or "vllm", "serve", self.model, *where,
+            return [self.executable or VLLM_EXECUTABLE, "serve", self.model, *where,
                     *_flags(self.args, join_lists=False)]
         if self.engine != EngineKind.BUILTIN:
             raise ValueError(f"engine kind {self.engine!r} cannot be started; "

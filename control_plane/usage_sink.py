@@ -59,12 +59,13 @@ def request_rows(records: list[GatewayUsage]) -> list[dict]:
 
 def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
                      clock: Callable[[], float] = time.monotonic) -> UsageWriter:
-    pruned_at: list[float | None] = [None]
+    pruned_at: float | None = None
 
     def sink(batch: list[GatewayUsage]) -> None:
+        nonlocal pruned_at
         buckets = aggregate(batch)
         now = clock()
-        prune = pruned_at[0] is None or now - pruned_at[0] >= PRUNE_EVERY_S
+        prune = pruned_at is None or now - pruned_at >= PRUNE_EVERY_S
         with sessions.begin() as session:
             record_usage(session, buckets)
             add_to_rollups(session, buckets)
@@ -73,5 +74,5 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
                 prune_requests(session, datetime.now(timezone.utc)
                                - timedelta(seconds=request_retention_s))
         if prune:   # only once the transaction holding it committed
-            pruned_at[0] = now
+            pruned_at = now
     return UsageWriter(sink, max_batch=MAX_BATCH)

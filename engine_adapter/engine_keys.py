@@ -24,6 +24,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from common.vocabulary import EngineKind
+
 SECRET_FILE = "engine.secret"
 _secret: bytes | None = None
 
@@ -46,7 +48,7 @@ def derive(secret: bytes, url: str) -> str:
 
 
 def keyed(engine: str, managed: bool) -> bool:
-    return managed or engine == "builtin"
+    return managed or engine == EngineKind.BUILTIN
 
 
 def headers_for(url: str) -> dict[str, str]:

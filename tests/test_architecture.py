@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import grimp
@@ -24,46 +25,14 @@ def test_import_contracts_are_kept():
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-    for root in sorted(graph.modules):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, targets = work[-1]
-            for target in targets:
-                if target not in index:
-                    index[target] = low[target] = len(index)
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(sorted(graph.find_modules_directly_imported_by(
-                        target)))))
-                    break
-                if target in on_stack:
-                    low[node] = min(low[node], index[target])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        cycles.append(sorted(component))
-    return cycles
+    """A cycle of the module graph as [its modules, sorted], or [] when there is none
+    (graphlib's topological sort names the first cycle it meets)."""
+    order = TopologicalSorter({m: graph.find_modules_directly_imported_by(m) for m in graph.modules})
+    try:
+        order.prepare()
+    except CycleError as exc:
+        return [sorted(set(exc.args[1]))]
+    return []
 
 
 def test_no_module_imports_itself_back():

@@ -48,8 +48,6 @@ return 0
 
 
 class RedisLease:
-    exclusive = True
-
     def __init__(self, redis_url: str, key: str = "inferplane:leader", lease_ms: int = 10_000,
                  poll_s: float = 1.0):
         self.redis = Redis.from_url(redis_url, socket_timeout=lease_ms / 3000,

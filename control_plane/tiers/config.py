@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from common.vocabulary import EngineKind
-from control_plane.settings import ModelSpec, TierSettings
+from control_plane.settings import VLLM_EXECUTABLE, ModelSpec, TierSettings
 from control_plane.supervisor import MANAGED_ENGINES, EngineSpec
 
 
@@ -60,7 +60,7 @@ class TierConfig(TierSettings):
     def _allowed_executables(self) -> "TierConfig":
         """Every template starts this interpreter or an executable of `executables`."""
         for name, template in self.engines.items():
-            executable = template.executable or "vllm"
+            executable = template.executable or VLLM_EXECUTABLE
             if template.engine == EngineKind.VLLM and executable not in self.executables:
                 raise ValueError(f"engine template of {name!r}: {executable!r} is not in "
                                  f"tiers.executables {self.executables}")

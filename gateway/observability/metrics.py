@@ -42,10 +42,8 @@ LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 STATUS_CODES = ("200", "400", "401", "403", "404", "413", "429", "499", "500", "502", "503",
                 "504")
 TOKEN_KINDS = ("prompt", "completion")
-PRIORITIES = tuple(Priority)
 REJECTION_REASONS = ("rate_limit", "too_large", "budget", "unavailable", "queue_full",
                      "queue_timeout", "no_backend", "cold_start_timeout")
-UPSTREAM_ERROR_KINDS = tuple(UpstreamErrorKind)
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
 
 
@@ -235,12 +233,12 @@ class GatewayMetrics:
         for family in (self.itl, self.prefix_lookup_tokens, self.prefix_hit_tokens, self.retries,
                        self.fallbacks, self.shadow_similarity, self.shadow_length_ratio):
             family.labels(name)
-        for priority in PRIORITIES:
+        for priority in Priority:
             self.queue_depth.labels(name, priority)
             self.queue_wait.labels(name, priority)
         for reason in REJECTION_REASONS:
             self.rejections.labels(name, reason)
-        for kind in UPSTREAM_ERROR_KINDS:
+        for kind in UpstreamErrorKind:
             self.stream_resumes.labels(name, kind)
         for team in teams:
             self.spend.labels(name, team)
@@ -252,5 +250,5 @@ class GatewayMetrics:
         self.routing_decisions.labels(model, strategy, backend)
         self.prefix_hit_estimate.labels(model, backend)
         self.inflight.labels(model, backend)
-        for kind in UPSTREAM_ERROR_KINDS:
+        for kind in UpstreamErrorKind:
             self.upstream_errors.labels(model, backend, kind)

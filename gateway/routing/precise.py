@@ -45,16 +45,21 @@ async def tokenize_for_routing(state, call, model_view, backends) -> bool:
     request = call.protocol.tokenize_body(call.body, target.served_model)
     if request is None:
         return False
-    if isinstance(request, list):
-        call.ctx.token_ids = request
-        return True
-    try:
-        async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
-            tokens = await state.adapters.get(target).tokenize(request)
-    except TimeoutError:
-        tokens = None
+    tokens = await engine_tokens(state, target, request)
     call.ctx.token_ids = tokens
     return tokens is not None
+
+
+async def engine_tokens(state, backend, request) -> list[int] | None:
+    """The token ids of a tokenize request (already ids: as they are) from `backend`'s
+    /tokenize, or None when it does not answer within TOKENIZE_TIMEOUT_S."""
+    if isinstance(request, list):
+        return request
+    try:
+        async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+            return await state.adapters.get(backend).tokenize(request)
+    except TimeoutError:
+        return None
 
 
 async def engine_token_count(state, protocol, model_view, body: dict) -> int | None:
@@ -64,13 +69,7 @@ async def engine_token_count(state, protocol, model_view, body: dict) -> int | N
         request = protocol.tokenize_body(body, backend.served_model)
         if request is None:
             return None
-        if isinstance(request, list):   # already token ids
-            return len(request)
-        try:
-            async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
-                tokens = await state.adapters.get(backend).tokenize(request)
-        except TimeoutError:    # a slow engine: the next one, or the estimate
-            tokens = None
-        if tokens is not None:
+        tokens = await engine_tokens(state, backend, request)
+        if tokens is not None:   # else a slow engine: the next one, or the estimate
             return len(tokens)
     return None
