@@ -1,7 +1,7 @@
 """Inferplane beside peer gateways, in one run, in front of the same fast mock engine.
 
     inferplane bench gateway_peers [--duration 8] [--rate 300] [--peers-dir /work/peers-cache]
-        [--ramp 100,200,400,600,800,1000,1500,2000] [--only inferplane,vllm-router,litellm]
+        [--ramp 100,200,400,600,800,1000,1500,2000] [--only inferplane,inferplane-tuned,vllm-router,litellm]
         [--workers 1]
 
 For each gateway and mode (stream / non-stream): the latency it adds over calling the mock
@@ -36,9 +36,9 @@ HELD_P99_S = 1.0
 
 
 def start(cmd: list[str], health: str, log: Path, env: dict | None = None,
-          timeout: float = 120) -> subprocess.Popen:
+          timeout: float = 120, cwd: Path | None = None) -> subprocess.Popen:
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, cwd=BENCH.parent, env={**os.environ, **(env or {})},
+        proc = subprocess.Popen(cmd, cwd=cwd or BENCH.parent, env={**os.environ, **(env or {})},
                                 stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -95,13 +95,33 @@ def litellm_config(engine_port: int, path: Path) -> Path:
     return path
 
 
+def up_default(engine_port: int, work: Path, workers: int) -> dict:
+    """`inferplane up --workers N` as a new user runs it: a minimal config (one OpenAI-compatible
+    backend, every other setting at its default), its embedded SQLite registry in `work`. The
+    admin key is read once `up` is ready (it writes the file on its first start)."""
+    port = free_port()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "inferplane.yaml").write_text(
+        "models:\n  - name: mock\n    engine: openai\n    backends:\n"
+        f"      - url: http://127.0.0.1:{engine_port}/v1\n")
+    return {"port": port, "key": lambda: (work / ".inferplane" / "admin.key").read_text().strip(),
+            "health": f"http://127.0.0.1:{port}/readyz", "cwd": work,
+            "cmd": [sys.executable, "-m", "control_plane", "up", "--config",
+                    str(work / "inferplane.yaml"), "--port", str(port),
+                    "--workers", str(workers)]}
+
+
 def gateways(peers: Path, engine_port: int, logs: Path, workers: int = 1) -> dict[str, dict]:
-    """name -> how to start it: command, health URL, key, or why it is skipped."""
+    """name -> how to start it: command, health URL, key, or why it is skipped.
+
+    `inferplane` is the default configuration under `inferplane up --workers 2` (what a user
+    gets); `inferplane-tuned` the gateway alone with logs at WARNING and tracing off."""
     ip, vr, ll = free_port(), free_port(), free_port()
     router = peers / "router" / "bin" / "vllm-router"
     litellm = peers / "litellm" / "bin" / "litellm"
     return {
-        "inferplane": {"port": ip, "key": SECRET, "health": f"http://127.0.0.1:{ip}/healthz",
+        "inferplane": up_default(engine_port, logs / "up", max(2, workers)),
+        "inferplane-tuned": {"port": ip, "key": SECRET, "health": f"http://127.0.0.1:{ip}/healthz",
                        "cmd": [sys.executable, str(BENCH / "gateway_overhead.py"),
                                "--serve-gateway", str(ip), str(engine_port),
                                "--log-level", "WARNING", "--tracing", "off",
@@ -215,7 +235,9 @@ def run(args) -> dict:
                 print(f"{name:<12} skipped: {spec['skip']}", flush=True)
                 continue
             spec["proc"] = start(spec["cmd"], spec["health"], logs / f"{name}.log",
-                                 spec.get("env"))
+                                 spec.get("env"), cwd=spec.get("cwd"))
+            if callable(spec["key"]):
+                spec["key"] = spec["key"]()
             try:
                 results[name] = measure(name, spec, direct, args)
             finally:

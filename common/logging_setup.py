@@ -9,14 +9,22 @@ Request context goes through `extra`:
 Only the fields below are written, so a stray `extra` can never leak data.
 Prompt and completion text (`prompt`, `messages`, `completion`) is dropped
 unless `configure_logging(log_prompts=True)`.
+
+Lines are written in batches (`BatchedLineHandler`): a gateway logs one line per request, and
+a write per line cost more than the rest of the line. A batch is written every
+`flush_interval_s` (0.2 s), when `max_lines` wait, at once for WARNING and above, and on exit.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
-from datetime import datetime, timezone
+import threading
+import time
 from typing import TextIO
+
+import orjson
 
 from common.request_context import current_request_id
 from common.tracing import current_trace_id
@@ -30,11 +38,20 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, log_prompts: bool = False):
         super().__init__()
         self.log_prompts = log_prompts
+        self._second = -1
+        self._second_text = ""
+
+    def _timestamp(self, created: float) -> str:
+        """ISO 8601 UTC with milliseconds; the part up to the second is formatted once a second."""
+        second = int(created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": self._timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -54,8 +71,70 @@ class JsonFormatter(logging.Formatter):
                     out[field] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        # json escapes newlines, so a record is always exactly one line.
-        return json.dumps(out, default=str, ensure_ascii=False)
+        # JSON escapes newlines, so a record is always exactly one line.
+        try:
+            return orjson.dumps(out, default=str).decode()
+        except TypeError:   # what orjson refuses (integers past 64 bits) json writes
+            return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class BatchedLineHandler(logging.Handler):
+    """Formatted lines gathered and written to `stream` in batches (see the module docstring).
+
+    A daemon thread writes what waits every `flush_interval_s`; lines at WARNING and above
+    are written at once with everything before them, so an error is never held back. A
+    process killed outright loses at most one interval of lines."""
+
+    def __init__(self, stream: TextIO, flush_interval_s: float = 0.2, max_lines: int = 512):
+        super().__init__()
+        self.stream = stream
+        self.flush_interval_s = flush_interval_s
+        self.max_lines = max_lines
+        self._lines: list[str] = []
+        self._closed = False
+        self._start_flusher()
+        # a forked gateway worker inherits the handler but not its thread
+        os.register_at_fork(after_in_child=self._start_flusher)
+
+    def _start_flusher(self) -> None:
+        if self.flush_interval_s > 0 and not self._closed:
+            threading.Thread(target=self._flush_periodically, name="log-flusher",
+                             daemon=True).start()
+
+    def _flush_periodically(self) -> None:
+        while not self._closed:
+            time.sleep(self.flush_interval_s)
+            self.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:   # called holding self.lock
+        try:
+            self._lines.append(self.format(record))
+        except Exception:
+            self.handleError(record)
+            return
+        if record.levelno >= logging.WARNING or len(self._lines) >= self.max_lines \
+                or self.flush_interval_s <= 0:
+            self._write()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._write()
+
+    def _write(self) -> None:
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):   # stderr closed or gone: logging must not fail requests
+            pass
+
+    def close(self) -> None:
+        self.flush()
+        self._closed = True
+        super().close()
 
 
 def _level(level: str | int) -> int:
@@ -68,14 +147,17 @@ def _level(level: str | int) -> int:
 
 
 def configure_logging(level: str | int = "INFO", stream: TextIO | None = None,
-                      log_prompts: bool = False) -> logging.Handler:
-    """Send the root logger and uvicorn's loggers to one JSON handler (idempotent)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+                      log_prompts: bool = False,
+                      flush_interval_s: float = 0.2) -> logging.Handler:
+    """Send the root logger and uvicorn's loggers to one JSON handler (idempotent).
+    `flush_interval_s=0` writes every line at once."""
+    handler = BatchedLineHandler(stream or sys.stderr, flush_interval_s=flush_interval_s)
     handler.setFormatter(JsonFormatter(log_prompts=log_prompts))
     handler._inferplane_json = True  # marks handlers to replace on reconfiguration
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_inferplane_json", False)]:
         root.removeHandler(old)
+        old.close()
     root.addHandler(handler)
     root.setLevel(_level(level))
     for name in UVICORN_LOGGERS:

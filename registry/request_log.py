@@ -19,7 +19,7 @@ from registry.orm.request_log import RequestLog
 
 def append_requests(session: Session, rows: list[dict[str, Any]]) -> None:
     if rows:
-        session.execute(insert(RequestLog), rows)
+        session.execute(insert(RequestLog.__table__), rows)
 
 
 def prune_requests(session: Session, older_than: datetime) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import time
+from datetime import datetime, timezone
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -26,6 +29,8 @@ def log_lines():
         handlers.append(configure_logging(stream=stream, **kwargs))
 
     def lines() -> list[dict]:
+        for handler in handlers:
+            handler.flush()
         return [json.loads(line) for line in stream.getvalue().splitlines()]
 
     yield configure, lines
@@ -102,3 +107,65 @@ def test_reconfiguring_does_not_duplicate_lines(log_lines):
 def test_unknown_level_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown log level"):
         configure_logging(level="LOUD")
+
+
+def _wait_for(predicate, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.fixture
+def batched():
+    """A handler writing batches to a StringIO every 50 ms, removed afterwards."""
+    stream = io.StringIO()
+    handler = configure_logging(stream=stream, flush_interval_s=0.05)
+    yield stream
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+
+
+def test_info_lines_wait_for_the_next_batch(batched):
+    LOGGER.info("first")
+    LOGGER.info("second")
+    assert batched.getvalue() == ""          # not one write per line
+    assert _wait_for(lambda: batched.getvalue().count("\n") == 2)
+    assert [json.loads(line)["msg"] for line in batched.getvalue().splitlines()] == \
+        ["first", "second"]
+
+
+def test_a_warning_writes_everything_waiting_at_once_in_order(batched):
+    LOGGER.info("before")
+    LOGGER.warning("trouble")
+    assert [json.loads(line)["msg"] for line in batched.getvalue().splitlines()] == \
+        ["before", "trouble"]
+
+
+def test_timestamps_are_utc_with_milliseconds(batched):
+    LOGGER.warning("now")
+    ts = json.loads(batched.getvalue())["ts"]
+    parsed = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert abs(parsed.timestamp() - time.time()) < 5 and len(ts) == len("2026-01-01T00:00:00.000Z")
+
+
+def test_a_forked_worker_writes_its_lines_without_exiting_cleanly(tmp_path):
+    """Gateway workers are forked and end with os._exit (no atexit flush): the child's own
+    flusher thread must write its batches."""
+    path = tmp_path / "log.jsonl"
+    with open(path, "w") as stream:
+        handler = configure_logging(stream=stream, flush_interval_s=0.05)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                LOGGER.info("from the worker")
+                time.sleep(0.5)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    assert [json.loads(line)["msg"] for line in path.read_text().splitlines()] == \
+        ["from the worker"]
