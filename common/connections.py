@@ -42,6 +42,8 @@ class ConnectionLimits:
     body_timeout_s: float = 30.0      # longest pause while a request body arrives
     max_connections: int = 4096       # open connections; more are answered 503 and closed
     max_body_bytes: int = 8 * 1024 * 1024
+    # (path prefix, bytes): a larger cap for the paths that take uploads (POST /v1/files)
+    upload_limits: tuple[tuple[str, int], ...] = ()
 
 
 def error_body(message: str, kind: str, code: str) -> bytes:
@@ -125,8 +127,10 @@ class BodyLimit:
     or one that stalls for `timeout_s` (408) is refused in the API's error shape before any
     handler sees it. The app then receives the whole body as one message."""
 
-    def __init__(self, app, max_bytes: int, timeout_s: float):
+    def __init__(self, app, max_bytes: int, timeout_s: float,
+                 upload_limits: tuple[tuple[str, int], ...] = ()):
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+        self.upload_limits = upload_limits
         self._too_large = _Throttled("refused a request body over %d bytes (max_body_bytes)")
         self._stalled = _Throttled("refused a request body that stalled for %.0fs "
                                    "(body_timeout_s)")
@@ -134,13 +138,14 @@ class BodyLimit:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        max_bytes = self._cap(scope.get("path", ""))
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            self._too_large.hit(self.max_bytes)
-            return await _refuse(send, 413, f"the request body is over {self.max_bytes} bytes",
+        if declared is not None and declared > max_bytes:
+            self._too_large.hit(max_bytes)
+            return await _refuse(send, 413, f"the request body is over {max_bytes} bytes",
                                  "invalid_request_error")
         try:
-            body = await self._read(receive)
+            body = await self._read(receive, max_bytes)
         except _BodyRefused as exc:
             return await _refuse(send, exc.status, exc.message, exc.kind)
         if body is None:  # the client left before its body was complete
@@ -156,7 +161,13 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive) -> bytes | None:
+    def _cap(self, path: str) -> int:
+        for prefix, limit in self.upload_limits:
+            if path.startswith(prefix):
+                return limit
+        return self.max_bytes
+
+    async def _read(self, receive, max_bytes: int) -> bytes | None:
         parts, size = [], 0
         while True:
             try:
@@ -170,9 +181,9 @@ class BodyLimit:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                self._too_large.hit(self.max_bytes)
-                raise _BodyRefused(413, f"the request body is over {self.max_bytes} bytes",
+            if size > max_bytes:
+                self._too_large.hit(max_bytes)
+                raise _BodyRefused(413, f"the request body is over {max_bytes} bytes",
                                    "invalid_request_error")
             parts.append(chunk)
             if not message.get("more_body", False):
@@ -222,7 +233,8 @@ def uvicorn_config(app, limits: ConnectionLimits, **kwargs):
     import uvicorn
 
     raise_fd_limit()
-    return uvicorn.Config(BodyLimit(app, limits.max_body_bytes, limits.body_timeout_s),
+    return uvicorn.Config(BodyLimit(app, limits.max_body_bytes, limits.body_timeout_s,
+                                    limits.upload_limits),
                           http=guarded_protocol(limits), timeout_keep_alive=limits.keep_alive_s,
                           **kwargs)
 

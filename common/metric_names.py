@@ -48,12 +48,18 @@ class Metric(_Family):
     STREAM_RESUMES = "inferplane_stream_resumes"                      # counter
     RETRIES = "inferplane_retries"                                    # counter
     FALLBACKS = "inferplane_fallbacks"                                # counter
+    # gateway: guardrails (model, rule, action, direction)
+    GUARDRAIL_ACTIONS = "inferplane_guardrail_actions"                # counter
     # gateway: shadow copies (apart from what clients received)
     SHADOW_REQUESTS = "inferplane_shadow_requests"                    # counter
     SHADOW_SIMILARITY = "inferplane_shadow_similarity"                # histogram
     SHADOW_REQUEST_DURATION = "inferplane_shadow_request_duration_seconds"  # histogram
     SHADOW_TIME_TO_FIRST_TOKEN = "inferplane_shadow_time_to_first_token_seconds"  # histogram
     SHADOW_LENGTH_RATIO = "inferplane_shadow_length_ratio"            # histogram
+    # gateway: response cache (gateway/cache)
+    CACHE_REQUESTS = "inferplane_cache_requests"                      # counter (result)
+    CACHE_ENTRIES = "inferplane_cache_entries"                        # gauge (exact | semantic)
+    CACHE_LOOKUP_DURATION = "inferplane_cache_lookup_seconds"         # histogram
     # every server process
     EVENT_LOOP_LAG = "inferplane_event_loop_lag_seconds"              # gauge
     EVENT_LOOP_TASKS = "inferplane_event_loop_tasks"                  # gauge

@@ -7,6 +7,7 @@ naming the gateway's server span). `current_request_id()` gives the id to log li
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from contextvars import ContextVar
@@ -23,6 +24,17 @@ UNTRACED_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 
 def current_request_id() -> str | None:
     return _REQUEST_ID.get()
+
+
+@contextlib.contextmanager
+def bound_request_id(request_id: str):
+    """The request id of work that did not arrive over HTTP (a batch's line) while the block
+    runs: its log lines and usage row carry it as a request's would."""
+    token = _REQUEST_ID.set(request_id)
+    try:
+        yield request_id
+    finally:
+        _REQUEST_ID.reset(token)
 
 
 _READ = frozenset({b"x-request-id", b"traceparent", b"tracestate"})

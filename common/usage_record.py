@@ -7,6 +7,21 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class RequestBodies:
+    """A request's bodies for the body log (a guardrail policy's `body_log`), already redacted
+    and truncated by the gateway; `mode` metadata carries no text."""
+    mode: str                          # metadata | full
+    policy: str | None = None
+    request_body: str | None = None
+    response_body: str | None = None
+    request_chars: int = 0
+    response_chars: int = 0
+    request_truncated: bool = False
+    response_truncated: bool = False
+    findings: tuple[dict, ...] = ()    # {rule, action, direction, count}
+
+
+@dataclass(frozen=True)
 class UsageRecord:
     request_id: str
     key_id: str | None
@@ -24,3 +39,5 @@ class UsageRecord:
     stream: bool = False
     created_at: float = field(default_factory=time.time)
     trace_id: str | None = None
+    bodies: RequestBodies | None = None   # only for requests whose policy logs bodies
+    cache: str | None = None           # hit | miss; None: the response cache was not asked

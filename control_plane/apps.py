@@ -58,11 +58,13 @@ def mlflow_sync(settings: Settings, app, sessions, snapshots):
 
 
 @contextlib.asynccontextmanager
-async def usage_to_sql(app, sessions):
-    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit."""
+async def usage_to_sql(app, sessions, settings: Settings | None = None):
+    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit.
+    Stored bodies are kept `settings.guardrails.body_retention_days`."""
     from control_plane.usage_sink import sql_usage_writer
 
-    writer = sql_usage_writer(sessions)
+    writer = sql_usage_writer(sessions, body_retention_s=(settings or Settings()).guardrails
+                              .body_retention_days * 86400)
     await writer.start()
     app.state.gateway.usage_sinks.append(writer.record)
     try:
@@ -84,7 +86,8 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
 
     if link is not None:   # the registry exists once the control plane answers
         await link.wait_ready()
-    # Replicas read the registry the control plane migrates and writes; they never change it.
+    # Replicas read the registry the control plane migrates and writes; they write only the
+    # Files and Batch APIs' rows (files, batches, batch_results).
     configure_engine_keys(settings, create=False)
     sessions = make_session_factory(settings.resolved_database_url())
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
@@ -93,9 +96,10 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
     try:
         from gateway.app import create_gateway_app
         cold_starter = link.cold_starter(snapshots) if link is not None else None
-        app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter)
+        app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter,
+                                 sessions=sessions)
         front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
-        async with usage_to_sql(app, sessions), front as served:
+        async with usage_to_sql(app, sessions, settings), front as served:
             await uvicorn_server(served, settings).serve(sockets=[sock])
     finally:
         task.cancel()

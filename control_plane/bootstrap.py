@@ -46,7 +46,8 @@ def ensure_admin_key(sessions: sessionmaker, data_dir: Path) -> tuple[str, bool]
 def _upsert_model(session: Session, spec: ModelSpec) -> Model:
     fields = dict(tier=spec.tier, fallbacks=list(spec.fallbacks),
                   price_in_per_1k=spec.price_in_per_1k, price_out_per_1k=spec.price_out_per_1k,
-                  modalities=list(spec.modalities), task=spec.task)
+                  modalities=list(spec.modalities), task=spec.task,
+                  cache=spec.cache.model_dump() if spec.cache else None)
     if spec.context_length:
         fields["context_length"] = spec.context_length
     if spec.routing:

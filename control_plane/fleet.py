@@ -45,10 +45,12 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def running_fleet(settings: Settings, sessions, snapshots):
-    """Register the configured models, start their hot builtin engines (waiting until they
-    are ready), then keep tiers, health and the snapshot fresh until the block exits."""
+    """Register the configured models (and guardrail policies), start their hot builtin
+    engines (waiting until they are ready), then keep tiers, health and the snapshot fresh
+    until the block exits."""
     from control_plane.backend_allowlist import BackendAllowlist
     from control_plane.bootstrap import register_models, set_backend_state
+    from control_plane.guardrail_config import register_guardrails
     from control_plane.health import HealthProber
     from control_plane.supervisor import EngineSupervisor
     from control_plane.tiers import TierManager, tier_config_from_settings
@@ -59,6 +61,7 @@ async def running_fleet(settings: Settings, sessions, snapshots):
         await tiers.on_engine_state(spec, state)
 
     engines = register_models(sessions, settings)
+    register_guardrails(sessions, settings.guardrails)
     supervisor = EngineSupervisor(on_state=on_state, ready_timeout_s=settings.engine_ready_timeout_s)
     tiers = TierManager(sessions, supervisor, snapshots.refresh,
                         tier_config_from_settings(settings))

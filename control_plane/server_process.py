@@ -21,9 +21,14 @@ from control_plane.settings import Settings
 
 
 def uvicorn_server(app, settings: Settings) -> uvicorn.Server:
+    from dataclasses import replace
+
     from common.connections import uvicorn_config
 
-    config = uvicorn_config(app, settings.server.limits(), host=settings.host, port=settings.port,
+    # uploads (POST /v1/files) up to the Files API's own cap, which answers past it
+    files_cap = settings.gateway.batches.max_file_bytes + 64 * 1024
+    limits = replace(settings.server.limits(), upload_limits=(("/v1/files", files_cap),))
+    config = uvicorn_config(app, limits, host=settings.host, port=settings.port,
                             log_level="warning", loop="none", lifespan="on",
                             timeout_graceful_shutdown=10)
     return uvicorn.Server(config)

@@ -21,8 +21,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from common.guardrail_spec import GuardrailSettings
 from common.vocabulary import EngineKind, Modality, ModelTask, RoutingStrategy, Tier
 from gateway.settings import GatewaySettings, RoutingSettings
+from registry.cache_policy import CachePolicy
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -61,6 +63,7 @@ class ModelSpec(BaseModel):
     # content types it reads: text, image, audio, file, video (others are refused with a 400)
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
     task: ModelTask = ModelTask.CHAT   # embedding: served on /v1/embeddings only
+    cache: CachePolicy | None = None   # response cache (registry.cache_policy); None: off
 
     @model_validator(mode="after")
     def _builtin_needs_model(self) -> "ModelSpec":
@@ -201,6 +204,8 @@ class Settings(BaseModel):
     log_level: str = "info"
     server: ServerSettings = Field(default_factory=ServerSettings)
     backends: BackendSettings = Field(default_factory=BackendSettings)
+    # guardrail policies (PII, banned terms, moderation, body logging) and who uses them
+    guardrails: GuardrailSettings = Field(default_factory=GuardrailSettings)
     # derives each builtin engine's API key; None: <data_dir>/engine.secret (made on first start)
     engine_secret: str | None = None
 

@@ -25,7 +25,8 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
     from gateway.app import create_gateway_app
 
     app = create_gateway_app(gateway_settings(settings), snapshots,
-                             cold_starter=InProcessColdStarter(tiers, snapshots))
+                             cold_starter=InProcessColdStarter(tiers, snapshots),
+                             sessions=sessions)
     app.state.backend_allowlist = allowlist(settings)
     registry = app.state.gateway.metrics.registry
     controller = mount_control_plane(app, sessions, snapshots, registry, tiers,
@@ -49,7 +50,7 @@ async def _up(settings: Settings, sock) -> None:
         fleet.run(controller.run())
         if (mlflow_loop := mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
-        async with usage_to_sql(app, sessions):
+        async with usage_to_sql(app, sessions, settings):
             say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
                 f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
             await uvicorn_server(app, settings).serve(sockets=[sock])

@@ -12,6 +12,8 @@ from sqlalchemy.orm import sessionmaker
 from common.usage_record import UsageRecord as GatewayUsage
 from common.usage_writer import UsageWriter
 from registry.access_queries import UsageRecord, record_usage
+from control_plane.body_log_sink import BODY_RETENTION_S, body_rows
+from registry.guardrails import append_bodies, prune_bodies
 from registry.request_log import append_requests, prune_requests
 from registry.usage_rollup import add_to_rollups
 
@@ -32,7 +34,7 @@ def _key_id(raw: str | None) -> int | None:
 
 
 def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
-    sums: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
+    sums: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0])
     for rec in records:
         key = (_bucket(rec.created_at), _key_id(rec.key_id), rec.team, rec.model)
         acc = sums[key]
@@ -41,9 +43,10 @@ def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
         acc[2] += rec.prompt_tokens
         acc[3] += rec.completion_tokens
         acc[4] += rec.cost_usd
+        acc[5] += rec.cache == "hit"
     return [UsageRecord(bucket_start=b, key_id=k, team=t, model=m, requests=int(a[0]),
                         errors=int(a[1]), prompt_tokens=int(a[2]), completion_tokens=int(a[3]),
-                        cost=a[4]) for (b, k, t, m), a in sums.items()]
+                        cost=a[4], cache_hits=int(a[5])) for (b, k, t, m), a in sums.items()]
 
 
 def request_rows(records: list[GatewayUsage]) -> list[dict]:
@@ -54,11 +57,13 @@ def request_rows(records: list[GatewayUsage]) -> list[dict]:
              "backend": None if r.backend is None else str(r.backend)[:100], "status": r.status,
              "http_status": r.http_status, "stream": r.stream, "prompt_tokens": r.prompt_tokens,
              "completion_tokens": r.completion_tokens, "cost": r.cost_usd,
-             "latency_ms": r.latency_ms, "ttft_ms": r.ttft_ms} for r in records]
+             "latency_ms": r.latency_ms, "ttft_ms": r.ttft_ms, "cache": r.cache}
+            for r in records]
 
 
 def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
-                     clock: Callable[[], float] = time.monotonic) -> UsageWriter:
+                     clock: Callable[[], float] = time.monotonic,
+                     body_retention_s: float = BODY_RETENTION_S) -> UsageWriter:
     pruned_at: float | None = None
 
     def sink(batch: list[GatewayUsage]) -> None:
@@ -70,9 +75,12 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
             record_usage(session, buckets)
             add_to_rollups(session, buckets)
             append_requests(session, request_rows(batch))
+            append_bodies(session, body_rows(batch))
             if prune:
                 prune_requests(session, datetime.now(timezone.utc)
                                - timedelta(seconds=request_retention_s))
+                prune_bodies(session, datetime.now(timezone.utc)
+                             - timedelta(seconds=body_retention_s))
         if prune:   # only once the transaction holding it committed
             pruned_at = now
     return UsageWriter(sink, max_batch=MAX_BATCH)

@@ -135,8 +135,45 @@ def backend_panels() -> list[dict]:
     ]
 
 
+def cache_panels() -> list[dict]:
+    """The response cache (models with a cache policy only)."""
+    lookups = Metric.CACHE_REQUESTS.total
+    hits = rate_sum(lookups, "model", SEL + ', result=~"hit|semantic_hit"')
+    looked_up = rate_sum(lookups, "model", SEL + ', result!="bypass"')
+    return [
+        timeseries("Response cache hit ratio", "Share of cache lookups answered from the "
+                   "cache (exact and semantic hits), per model.", "percentunit",
+                   [target(f"{hits} / {looked_up}", "{{model}}")], min_value=0,
+                   max_value=1),
+        timeseries("Response cache lookups", "Lookups by result: hit, semantic_hit, miss, "
+                   "and bypass (not cacheable: sampled, or Cache-Control).", "ops",
+                   [target(rate_sum(lookups, "model, result"), "{{model}} {{result}}")],
+                   stack=True),
+        timeseries("Response cache lookup latency", "Exact lookups (memory or Redis) and "
+                   "semantic ones (the embedding call included).", "s",
+                   quantiles(Metric.CACHE_LOOKUP_DURATION, SEL_NO_MODEL, "kind",
+                             qs=(0.5, 0.99))),
+        timeseries("Response cache entries", "Answers held (per process; with Redis the "
+                   "shared exact store).", "short",
+                   [target(f"max by (kind) ({Metric.CACHE_ENTRIES}{{{SEL_NO_MODEL}}})",
+                           "{{kind}}")], min_value=0),
+    ]
+
+
+def guardrail_panels() -> list[dict]:
+    """Guardrails (models or keys with a policy only)."""
+    actions = Metric.GUARDRAIL_ACTIONS.total
+    return [
+        timeseries("Guardrail actions", "Rule matches per model by rule, action (mask, "
+                   "block, log, fail_open, fail_closed) and direction (input, output).", "ops",
+                   [target(rate_sum(actions, "model, rule, action, direction"),
+                           "{{model}} {{rule}} {{action}} {{direction}}")], stack=True),
+    ]
+
+
 def build() -> dict:
-    panels = traffic_panels() + latency_panels() + admission_panels() + backend_panels()
+    panels = (traffic_panels() + latency_panels() + admission_panels() + backend_panels()
+              + cache_panels() + guardrail_panels())
     return dashboard("inferplane-gateway", "Inferplane / Gateway overview",
                      "Traffic, errors, latency, admission and backend state of the gateway.",
                      variables(), panels, tags=("gateway",))

@@ -18,12 +18,16 @@ from common.openapi_doc import install_openapi
 from common.request_context import RequestContextMiddleware
 from common.tracing import configure_from_settings
 from gateway.apis.anthropic import router as messages
+from gateway.apis.batches import router as batches
 from gateway.apis.chat import router as chat
 from gateway.apis.completions import router as completions
 from gateway.apis.embeddings import router as embeddings
+from gateway.apis.files import router as files
 from gateway.apis.health import router as health
 from gateway.apis.models import router as models
 from gateway.apis.responses import router as responses
+from gateway.batch.runner import BatchRunner
+from gateway.batch.store import BatchStore
 from gateway.request_path.fast_lane import GatewayApp
 from gateway.request_path.json_response import OrjsonResponse
 from gateway.services import GatewayServices, build_services, poll_engine_load
@@ -43,6 +47,8 @@ def _lifespan(state: GatewayServices):
         state.tasks.append(asyncio.create_task(state.metrics.loop.run(), name="loop-monitor"))
         if state.settings.routing.load_poll_interval_s > 0:
             state.tasks.append(asyncio.create_task(poll_engine_load(state), name="load-poller"))
+        if (runner := getattr(app.state, "batch_runner", None)) is not None:
+            state.tasks.append(asyncio.create_task(runner.run(), name="batch-runner"))
         if state.settings.gc_freeze:
             # Everything alive after start-up (modules, routes, models, metrics) lives for the
             # whole process: out of the collector's sight, full collections stop walking it
@@ -57,13 +63,16 @@ def _lifespan(state: GatewayServices):
             await asyncio.gather(*state.tasks, return_exceptions=True)
             await state.shadow.close()
             await state.limits.close()
+            await state.cache.close()
             await state.adapters.aclose()
     return lifespan
 
 
 def create_gateway_app(settings: GatewaySettings, snapshot_source,
-                       cold_starter=None) -> FastAPI:
-    """`cold_starter` (gateway.traffic.coldstart.ColdStarter): starts cold models on demand."""
+                       cold_starter=None, sessions=None) -> FastAPI:
+    """`cold_starter` (gateway.traffic.coldstart.ColdStarter): starts cold models on demand;
+    `sessions` (registry.db.make_session_factory): the registry database the Files and Batch
+    APIs keep their rows in (without it they are not served), and where batches are run from."""
     if settings.log_json:
         configure_logging(settings.log_level, log_prompts=settings.log_prompts)
     configure_from_settings(settings.tracing)
@@ -77,6 +86,12 @@ def create_gateway_app(settings: GatewaySettings, snapshot_source,
     app.add_middleware(RequestContextMiddleware)
     for module in (chat, completions, embeddings, models, health, responses, messages):
         app.include_router(module.router)
+    if sessions is not None:
+        app.state.batch_store = BatchStore(sessions)
+        app.include_router(files.router)
+        app.include_router(batches.router)
+        if settings.batches.runner:
+            app.state.batch_runner = BatchRunner(app, app.state.batch_store, settings.batches)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

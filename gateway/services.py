@@ -16,6 +16,7 @@ from common.usage_record import UsageRecord
 from common.vocabulary import BackendState, EngineKind
 from engine_adapter import EngineAdapter, create_adapter
 from engine_adapter.openai_http import Timeouts, create_http_client
+from gateway.cache.response_cache import ResponseCache
 from gateway.limits.gate import LimitsGate
 from gateway.observability.metrics import GatewayMetrics
 from gateway.routing import Router
@@ -78,6 +79,7 @@ class GatewayServices:
     limits: LimitsGate
     shadow: ShadowMirror
     kv_events: KvEventSubscribers       # vLLM KV event subscriptions (load poller)
+    cache: ResponseCache                # response cache (gateway/cache); models opt in
     jwt: JWTVerifier | None = None
     cold_starter: ColdStarter | None = None   # set by the control plane (`inferplane up`)
     usage_sinks: list[Callable[[UsageRecord], None]] = field(default_factory=list)
@@ -128,6 +130,7 @@ def build_services(settings: GatewaySettings, snapshot_source: SnapshotSource, *
         shadow=ShadowMirror(max_concurrency=sh.max_concurrent, timeout_s=sh.timeout_s,
                             on_record=m.shadow_record),
         kv_events=KvEventSubscribers(settings.routing.kv_events, KvEventIndex(router.resident)),
+        cache=ResponseCache(settings, m),
         jwt=JWTVerifier(settings.jwt) if settings.jwt.enabled else None,
         cold_starter=cold_starter)
 

@@ -89,6 +89,30 @@ class BreakerSettings(_Section):
     open_seconds: float = Field(10.0, gt=0)
 
 
+class BatchSettings(_Section):
+    """OpenAI Files and Batch APIs (gateway/apis/files, gateway/apis/batches, gateway/batch)."""
+    max_file_bytes: int = Field(100 * 1024 * 1024, ge=1024)   # larger uploads: 413
+    max_lines: int = Field(50_000, ge=1)       # input lines per batch (OpenAI's bound)
+    runner: bool = True                        # this process runs batches (leases decide which)
+    concurrency: int = Field(8, ge=1)          # lines of a batch in flight at once, per process
+    lease_s: float = Field(60.0, gt=0)         # a runner that stops renewing loses its batch
+    poll_s: float = Field(1.0, gt=0)           # how often an idle runner looks for work
+    max_attempts: int = Field(4, ge=1)         # tries of a line refused 429/502/503/504
+
+
+class CacheSettings(_Section):
+    """The response cache's process-wide bounds (gateway/cache); models opt in per model
+    (`cache:` on the model: registry.cache_policy.CachePolicy)."""
+    enabled: bool = True               # false: no model is cached, whatever its policy says
+    tenant: Literal["team", "key"] = "team"   # who shares answers: the key's team (else key)
+    max_entries: int = Field(10_000, ge=1)     # exact and semantic each; LRU past it
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    max_entry_bytes: int = Field(1024 * 1024, ge=256)   # larger answers are not stored
+    shared: bool = True                # with redis_url: entries shared by every gateway
+    embedding_model: str = "all-minilm-l6-v2"   # semantic: the default embedding model
+    embedding_timeout_s: float = Field(2.0, gt=0)   # past it the request runs uncached
+
+
 class GatewaySettings(_Section):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
@@ -102,6 +126,8 @@ class GatewaySettings(_Section):
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     shadow: ShadowSettings = Field(default_factory=ShadowSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    batches: BatchSettings = Field(default_factory=BatchSettings)
     log_level: str = "INFO"
     log_json: bool = True              # JSON lines with request and trace ids
     log_prompts: bool = False

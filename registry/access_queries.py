@@ -127,9 +127,11 @@ class UsageRecord:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost: float = 0.0
+    cache_hits: int = 0
 
 
-ADDITIVE = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
+ADDITIVE = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost",
+            "cache_hits")
 
 
 def record_usage(session: Session, records: Iterable[UsageRecord]) -> int:

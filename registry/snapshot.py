@@ -20,6 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from common.vocabulary import RolloutState, SplitMode
+from registry.cache_policy import CachePolicy, policy_of
+from registry.guardrails import GuardrailsView, guardrails_view
 from registry.orm.access import ApiKey, Team
 from registry.orm.catalog import Alias, Backend, Model
 from registry.orm.rollouts import Rollout
@@ -70,6 +72,7 @@ class ModelView:
     alias_splits: Mapping[str, tuple[SplitView, ...]] = field(default_factory=lambda: EMPTY)
     modalities: tuple[str, ...] = ("text",)  # content types it reads (gateway.request_path.modalities)
     task: str = "chat"  # ModelTask: chat, or embedding (served on /v1/embeddings only)
+    cache: CachePolicy | None = None  # response cache (gateway/cache); None: not cached
 
     def backends_for(self, version: str | None) -> tuple[BackendView, ...]:
         if version is None:
@@ -112,6 +115,8 @@ class RoutingSnapshot:
     aliases: Mapping[str, str]  # "<model>:<alias>" → model name
     keys: Mapping[str, KeyView]  # key_hash → key
     teams: Mapping[str, TeamView] = field(default_factory=lambda: EMPTY)
+    # guardrail policies and which models / keys use them (empty: no request is inspected)
+    guardrails: GuardrailsView = field(default_factory=GuardrailsView)
 
     def resolve(self, requested: str) -> tuple[ModelView, str | None] | None:
         """(model, pinned version or None) for a request's model string, or None if unknown."""
@@ -178,7 +183,8 @@ def _model_view(model: Model) -> ModelView:
         splits=splits, aliases=MappingProxyType(aliases),
         adapters=tuple(sorted(a.name for a in model.adapters)),
         alias_splits=MappingProxyType(alias_splits),
-        modalities=tuple(model.modalities or ("text",)), task=model.task or "chat")
+        modalities=tuple(model.modalities or ("text",)), task=model.task or "chat",
+        cache=policy_of(model.cache))
 
 
 def _key_view(key: ApiKey) -> KeyView:
@@ -211,7 +217,8 @@ def build_snapshot(session: Session) -> RoutingSnapshot:
              for t in session.scalars(select(Team))}
     return RoutingSnapshot(version=version, models=MappingProxyType(model_views),
                            aliases=MappingProxyType(aliases), keys=MappingProxyType(keys),
-                           teams=MappingProxyType(teams))
+                           teams=MappingProxyType(teams),
+                           guardrails=guardrails_view(session))
 
 
 __all__ = ["BackendView", "KeyView", "ModelView", "RoutingSnapshot", "SplitView", "TeamView",

@@ -131,7 +131,10 @@ MARKED_FIXTURES = {
     "e2e": [
         "tests/alerts/test_alert_delivery.py::stack",
         "tests/gateway/apis/conftest.py::up",
+        "tests/gateway/apis/test_files_batches_api.py::batches_up",
+        "tests/e2e/test_batch_restart.py::database",
         "tests/control_plane/console/test_console_browser.py::stack",
+        "tests/control_plane/console/test_guardrails_console.py::stack",
         "tests/e2e/test_cold_start.py::stack",
         "tests/e2e/test_db_outage.py::stack",
         "tests/e2e/test_quickstart.py::stack",
@@ -143,6 +146,8 @@ MARKED_FIXTURES = {
         "tests/e2e/faults/test_postgres_outage.py::stack",
         "tests/e2e/faults/test_redis_outage.py::gateways",
         "tests/gateway/test_embeddings.py::stack",
+        "tests/e2e/test_response_cache.py::stack",   # up + all-minilm-l6-v2 + fake engines
+        "tests/e2e/test_guardrails.py::stack",       # up + an echo engine
         "tests/gateway/test_precise_prefix.py::sims",      # 3 builtin engines streaming KV events
         "tests/gateway/test_worker_metrics.py::gateway",    # `gateway --workers` + an engine
         "tests/common/test_workers.py::gateway",
@@ -163,6 +168,8 @@ MARKED_NODES = {
         "tests/bench/test_peer_benches.py::",        # the gateway and engines as processes
         "tests/bench/test_bench_serve.py::",         # bench/serve.py against an engine
         "tests/bench/test_soak.py::",                # traffic through `inferplane up`
+        "tests/bench/test_cache_bench.py::",         # mock engine, embedding engine, gateway
+        "tests/bench/test_batch_interference.py::",  # a batch beside traffic through `up`
         "tests/control_plane/test_leader.py::test_one_leads_the_other_takes_over",  # 2 control planes
         "tests/deploy/test_gateway_drain.py::test_sigterm_lets_the_stream_in_flight_finish",
         "tests/control_plane/tiers/test_adapter_requests.py::",          # gateway -> control plane -> engine

@@ -47,6 +47,11 @@ def principal_from_key(snapshot, secret: str) -> Principal:
         raise OpenAIError(401, "API key has been revoked", code=ErrorCode.INVALID_API_KEY)
     if _expired(key.expires_at):
         raise OpenAIError(401, "API key has expired", code=ErrorCode.INVALID_API_KEY)
+    return principal_of_key(key)
+
+
+def principal_of_key(key) -> Principal:
+    """The principal of a snapshot key (registry.snapshot.KeyView), whatever its state."""
     return Principal(key_id=str(key.key_id), name=key.name, team=key.team,
                      role=key.role or Role.USER,
                      models=_allowlist(key.models), priority=key.priority or Priority.STANDARD,

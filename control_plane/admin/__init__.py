@@ -10,12 +10,13 @@ from fastapi import APIRouter, FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.openapi_doc import install_openapi
-from control_plane.admin import (adapters, aliases, audit, backend_status, backends, keys, models,
-                                 requests, slos, teams, usage, versions, whoami)
+from control_plane.admin import (adapters, aliases, audit, backend_status, backends, guardrails,
+                                 keys, models, request_bodies, requests, slos, teams, usage,
+                                 versions, whoami)
 from control_plane.admin.common import ADMIN_PREFIX, AdminContext, install_admin_error_handlers
 
 ROUTER_MODULES = (models, versions, aliases, adapters, backends, keys, teams, audit,
-                  usage, requests, whoami, backend_status)
+                  usage, requests, whoami, backend_status, guardrails, request_bodies)
 
 
 def build_admin_router(session_factory: sessionmaker[Session], snapshot_source,

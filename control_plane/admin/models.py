@@ -13,6 +13,7 @@ from common.vocabulary import Modality, ModelTask, RoutingStrategy, Tier
 from control_plane.admin.common import (MAX_INT, NAME_PATTERN, AdminContext, Body, Name, Page,
                                         PageDep, Patch, PathName, delete_row, image, operator,
                                         paginate, patch_row, with_etag)
+from registry.cache_policy import CachePolicy
 from registry.dependents import check_model_unused
 from registry.errors import InvalidError, NotFoundError
 from registry.orm.catalog import Model
@@ -35,6 +36,7 @@ class ModelCreate(Body):
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1,
                                        max_length=5, description="content types it reads")
     task: ModelTask = Field(ModelTask.CHAT, description="chat, or embedding")
+    cache: CachePolicy | None = Field(None, description="response cache; null: not cached")
 
 
 class ModelPatch(Patch):
@@ -47,6 +49,7 @@ class ModelPatch(Patch):
     price_out_per_1k: float = Price
     modalities: list[Modality] = Field(None, min_length=1, max_length=5)
     task: ModelTask = None
+    cache: CachePolicy | None = None
 
 
 def check_fallbacks(session: Session, name: str, fallbacks: list[str]) -> None:

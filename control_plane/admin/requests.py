@@ -40,6 +40,7 @@ class RequestEntry(BaseModel):
     cost: float
     latency_ms: float
     ttft_ms: float | None
+    cache: str | None = None   # hit | miss: the response cache's answer; None: not asked
 
 
 class RequestPage(BaseModel):

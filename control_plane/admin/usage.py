@@ -50,6 +50,7 @@ class UsageRow(BaseModel):
     completion_tokens: int
     cached_tokens: int
     cost: float
+    cache_hits: int = 0   # answered by the gateway's response cache
 
 
 class UsageReport(BaseModel):

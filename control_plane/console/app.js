@@ -4,6 +4,7 @@ import { render } from "./vendor/preact-htm.module.js";
 import { api, session } from "./api.js";
 import { ErrorNote, html, useEffect, useState } from "./ui.js";
 import { Audit } from "./pages/audit.js";
+import { Guardrails } from "./pages/guardrails.js";
 import { Keys } from "./pages/keys.js";
 import { Models } from "./pages/models.js";
 import { Overview } from "./pages/overview.js";
@@ -22,6 +23,7 @@ export const PAGES = [
   { id: "rollouts", label: "Rollouts", role: "operator", view: Rollouts },
   { id: "usage", label: "Usage", role: "operator", view: Usage },
   { id: "requests", label: "Requests", role: "operator", view: Requests },
+  { id: "guardrails", label: "Guardrails", role: "operator", view: Guardrails },
   { id: "playground", label: "Playground", role: "user", view: Playground },
   { id: "audit", label: "Audit log", role: "operator", view: Audit },
 ];

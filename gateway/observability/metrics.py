@@ -36,6 +36,9 @@ TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1
                          0.3, 0.5, 1.0, 2.5)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 LENGTH_RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+# 0.1 ms .. 2.5 s: an in-memory exact lookup to a semantic one waiting on its embedding.
+CACHE_LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                        0.1, 0.25, 0.5, 1.0, 2.5)
 
 # Label vocabularies initialised at start-up (values outside them still work: their series
 # then appear on first use). Status codes: what the gateway answers, 499 = client went away.
@@ -135,6 +138,9 @@ class GatewayMetrics:
                                ["model"], registry=r)
         self.fallbacks = Counter(Metric.FALLBACKS.total, "Requests served by a fallback",
                                  ["model"], registry=r)
+        self.guardrail_actions = Counter(Metric.GUARDRAIL_ACTIONS.total,
+                                         "Guardrail rule matches by the action taken",
+                                         ["model", "rule", "action", "direction"], registry=r)
         self.inflight = Gauge(Metric.INFLIGHT_REQUESTS, "Requests in flight",
                               ["model", "backend"], registry=r,
                               multiprocess_mode="livesum")
@@ -154,6 +160,20 @@ class GatewayMetrics:
         self.shadow_length_ratio = Histogram(
             Metric.SHADOW_LENGTH_RATIO, "Shadow answer length / primary answer length",
             ["model"], buckets=LENGTH_RATIO_BUCKETS, registry=r)
+        # The response cache (gateway/cache): lookups by result (hit | semantic_hit | miss |
+        # bypass), answers held (exact | semantic; each process's own, summed over workers),
+        # lookup latency (exact: memory or Redis; semantic: with its embedding call).
+        self.cache_requests = Counter(Metric.CACHE_REQUESTS.total,
+                                      "Response cache lookups by result", ["model", "result"],
+                                      registry=r)
+        self.cache_entries = Gauge(Metric.CACHE_ENTRIES, "Answers held by the response cache",
+                                   ["kind"], registry=r, multiprocess_mode="livesum")
+        self.cache_lookup = Histogram(Metric.CACHE_LOOKUP_DURATION,
+                                      "Response cache lookup latency", ["kind"],
+                                      buckets=CACHE_LOOKUP_BUCKETS, registry=r)
+        for kind in ("exact", "semantic"):
+            self.cache_entries.labels(kind).set(0)
+            self.cache_lookup.labels(kind)
         # RSS, open fds, CPU: what a leak shows up in first. With workers: those of the worker
         # answering the scrape (process figures do not add up across processes).
         ProcessCollector(registry=self.registry)

@@ -57,4 +57,5 @@ def account(scope) -> None:
         ttft_ms=None if scope.stats.first_token_at is None else
         (scope.stats.first_token_at - scope.started) * 1000,
         status=status, http_status=scope.status, stream=scope.stream,
-        trace_id=current_trace_id()))
+        trace_id=current_trace_id(), cache=scope.cache,
+        bodies=None if scope.guard is None else scope.guard.finish(scope)))

@@ -1,6 +1,7 @@
 """The request path of every client API: typed stages around one RequestScope.
 
-    authenticate (the route's dependency) → parse → resolve → limit → split → ready → admit
+    authenticate (the route's dependency) → parse → resolve → limit (guardrails on the prompt)
+    → split → cache (a hit answers here: gateway/cache) → ready → admit
     → route → call → relay (gateway/request_path/proxy.py) → account (RequestScope.close)
 
 A route hands its Endpoint over and returns what this returns:
@@ -14,6 +15,7 @@ of the answer otherwise).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -27,6 +29,7 @@ from common.metric_names import NO_VERSION
 from common.tracing import child_span
 from common.vocabulary import BackendState, Priority, Tier
 from gateway.apis.endpoint import Endpoint, ParsedRequest
+from gateway.guardrails.request_guard import attach, guard_request
 from gateway.request_path.accounting import CLIENT_CLOSED
 from gateway.request_path.modalities import check_content
 from gateway.request_path.proxy import Call, ClientGone, dispatch, has_candidates
@@ -77,6 +80,31 @@ async def handle(request: Request, principal, endpoint: Endpoint) -> Response:
     except BaseException:   # cancelled (server shutdown): released, and the cancel goes on
         await scope.close(500)
         raise
+
+
+async def handle_body(app, raw: bytes, principal, endpoint: Endpoint) -> Response:
+    """`handle` for a body that did not come over HTTP (a batch's line): the same stages, on
+    a request whose client never goes away. The answer is never a stream (the caller sends
+    `stream` off)::
+
+        response = await handle_body(app, b'{"model": ...}', principal, CHAT_COMPLETIONS)
+    """
+    return await handle(_detached_request(app, raw, endpoint.path), principal, endpoint)
+
+
+def _detached_request(app, raw: bytes, path: str) -> Request:
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await asyncio.Event().wait()   # no disconnect ever: the watcher waits until stopped
+
+    scope = {"type": "http", "app": app, "method": "POST", "path": path, "headers": [],
+             "query_string": b"", "http_version": "1.1"}
+    return Request(scope, receive)
 
 
 async def count_tokens(request: Request, principal, endpoint: Endpoint) -> int:
@@ -136,6 +164,7 @@ async def limit(services: GatewayServices, principal, endpoint: Endpoint,
             services.cold_starter.note_request(model_view.name)
         _validate(parsed, model_view)
         check_content(endpoint.protocol, parsed.body, model_view)
+        guard = await guard_request(services, principal, parsed, model_view.name)
         prompt_tokens = endpoint.protocol.prompt_tokens(gate.estimator, parsed.body)
         with child_span("gateway.limits"):
             decision, hold = await gate.admit(principal, target.snapshot, model_view,
@@ -144,6 +173,7 @@ async def limit(services: GatewayServices, principal, endpoint: Endpoint,
         services.metrics.requests.labels(parsed.model, NO_VERSION, str(exc.status)).inc()
         raise
     scope = RequestScope(services, principal, endpoint, parsed, started, prompt_tokens)
+    attach(scope, guard)
     scope.hold_limits(gate, decision, hold)
     return scope
 
@@ -161,6 +191,11 @@ async def _serve(request: Request, services: GatewayServices, scope: RequestScop
     # failure. Labelled "none", a failing canary's refusals would vanish from its metrics.
     version = target.version or choose_version(model_view, session)
     scope.version = version or NO_VERSION
+    cached = None   # the response cache (gateway/cache): only models whose policy asks for it
+    if model_view.cache is not None:
+        cached = await services.cache.lookup(request, services, scope, model_view, version)
+        if cached is not None and cached.hit is not None:
+            return cached.hit
     model_view = await _ready_backends(services, call, model_view, version)
     with child_span("gateway.queue"):
         await _admit(services, scope, model_view, scope.prompt_estimate + (parsed.max_tokens
@@ -168,7 +203,11 @@ async def _serve(request: Request, services: GatewayServices, scope: RequestScop
     start_shadows(services, call, model_view, version)
     with child_span("gateway.tokenize"):
         await tokenize_for_routing(services, call, model_view, model_view.backends_for(version))
-    return await dispatch(request, services, call, model_view, version)
+    if cached is None:
+        return await dispatch(request, services, call, model_view, version)
+    # a copy: a shadow started above reads `call` later and must not be kept as the answer
+    call = replace(call, protocol=cached.capture(call.protocol, model_view, version, call.adapter))
+    return cached.mark(await dispatch(request, services, call, model_view, version))
 
 
 async def _ready_backends(services: GatewayServices, call: Call, model_view, version):

@@ -157,6 +157,8 @@ async def _try_backend(request: Request, services: GatewayServices, call: Call, 
         scope.upstream.streaming()
         scope.upstream_ok()   # the engine produced a first token: count it healthy
         scope.stats.first_token()
+        if scope.guard is not None:   # output guardrails: the relay reads the masked stream
+            result = scope.guard.wrap(result)
         scope.engine_stream = result
         resume = None
         if may_resume(services.settings.resume_streams, call.protocol, call.body):
@@ -165,6 +167,8 @@ async def _try_backend(request: Request, services: GatewayServices, call: Call, 
         return SSEResponse(relay_stream(result, scope, call.parsed.include_usage,
                                         _rename(call, backend), resume, events),
                            headers=SSE_HEADERS, scope=scope)
+    if scope.guard is not None:
+        result = scope.guard.check_answer(result)
     content = finish_json(result, scope, call.protocol.result_text)
     scope.upstream_ok()
     await scope.close(200)
@@ -198,6 +202,8 @@ class Resumer:
             except EngineError as exc:
                 call.scope.upstream_error(backend, exc.kind)
                 continue
+            if call.scope.guard is not None:
+                stream = call.scope.guard.wrap(stream)
             call.scope.upstream.streaming()
             call.scope.upstream_ok()
             services.metrics.stream_resumes.labels(call.scope.requested, error.kind).inc()

@@ -29,7 +29,7 @@ class RequestScope:
     __slots__ = ("services", "principal", "endpoint", "parsed", "requested", "stream",
                  "started", "prompt_estimate", "model_view", "backend", "version", "stats",
                  "status", "permit", "ticket", "upstream", "last_backend", "engine_stream",
-                 "_exits", "_closed", "_backends_held")
+                 "guard", "cache", "cache_price", "_exits", "_closed", "_backends_held")
 
     def __init__(self, services, principal, endpoint, parsed, started: float,
                  prompt_estimate: int):
@@ -51,6 +51,9 @@ class RequestScope:
         self.ticket = None     # admission ticket
         self.upstream = None   # UpstreamTrace of the current engine call
         self.engine_stream = None  # the EngineStream being relayed (aborted at close)
+        self.guard = None      # gateway.guardrails RequestGuard: None when no policy applies
+        self.cache = None      # hit | miss (gateway/cache); None: the cache was not asked
+        self.cache_price = None    # USD per 1k tokens of a cache hit (the model's cache policy)
         self._closed = False
         self._backends_held = False
         self._exits = ExitLedger()
@@ -147,6 +150,8 @@ class RequestScope:
         return self.stats.tokens(self.prompt_estimate, self.status >= 400, self.stream)
 
     def cost(self, prompt: int, completion: int) -> float:
+        if self.cache_price is not None:   # answered by the response cache
+            return (prompt + completion) / 1000 * self.cache_price
         mv = self.model_view
         if mv is None:
             return 0.0

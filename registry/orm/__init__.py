@@ -7,7 +7,9 @@
     access          teams and API keys
     usage           per-minute usage buckets and their hourly and daily rollups
     audit           the audit trail and the registry_state version
+    batches         OpenAI files, batches and their per-line results
     request_log     per-request history
+    guardrails      guardrail policies, their bindings, stored request bodies
     mlflow_state    the MLflow sync's agreed aliases
 
 Tables refer to other aggregates by table or class name only (`ForeignKey("models.id")`,
@@ -17,7 +19,9 @@ Tables refer to other aggregates by table or class name only (`ForeignKey("model
 from registry.orm import (  # noqa: F401  (every table on Base.metadata)
     access,
     audit,
+    batches,
     catalog,
+    guardrails,
     mlflow_state,
     request_log,
     rollouts,

@@ -40,6 +40,8 @@ class Model(Versioned, Timestamps, Base):
     modalities: Mapped[list[Any]] = mapped_column(default=lambda: ["text"])
     task: Mapped[str] = mapped_column(String(20), default=ModelTask.CHAT.value,
                                       server_default=ModelTask.CHAT.value)
+    # response-cache policy (registry.cache_policy.CachePolicy as JSON); None: not cached
+    cache: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
     versions: Mapped[list[ModelVersion]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True,

@@ -34,6 +34,7 @@ class RequestLog(Base):
     cost: Mapped[float] = mapped_column(Float, default=0.0)
     latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
     ttft_ms: Mapped[float | None] = mapped_column(Float)
+    cache: Mapped[str | None] = mapped_column(String(10))  # hit | miss | None (not looked up)
 
 
 __all__ = ["RequestLog"]

@@ -23,6 +23,7 @@ class UsageSums:
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_hits: Mapped[int] = mapped_column(Integer, default=0)  # answered by the response cache
     cost: Mapped[float] = mapped_column(Float, default=0.0)
 
 

@@ -55,7 +55,7 @@ def matrix_app(tmp_path_factory):
     source = SnapshotSource(sessions)
     source.refresh()
     app = create_gateway_app(GatewaySettings.model_validate(
-        {"routing": {"load_poll_interval_s": 0}}), source)
+        {"routing": {"load_poll_interval_s": 0}}), source, sessions=sessions)
     include_admin_routers(app, sessions, source, SloTracker(sessions, registry=CollectorRegistry()))
     tiers = TierManager(sessions, EngineSupervisor(), lambda: None, TierConfig())
     app.include_router(build_tiers_router(tiers))
@@ -80,7 +80,8 @@ def expected(role: str | None, credential: str, path: str) -> set[int] | str:
     held = {"restricted": "user"}.get(credential, credential)
     if ROLE_RANK[held] < ROLE_RANK[role]:
         return {403}
-    if credential == "restricted" and path.startswith("/v1/") and path != "/v1/models":
+    if credential == "restricted" and path.startswith("/v1/") and path != "/v1/models" \
+            and not path.startswith(("/v1/files", "/v1/batches")):   # not about a model
         return {404}   # model "m" is outside its allowlist: indistinguishable from missing
     return "authorized"
 

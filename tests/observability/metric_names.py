@@ -36,6 +36,8 @@ GATEWAY_METRICS = frozenset({
     "inferplane_spend_usd_total", "inferplane_retries_total",
     "inferplane_fallbacks_total", "inferplane_stream_resumes_total", "inferplane_inflight_requests",
     "inferplane_shadow_requests_total", "inferplane_shadow_similarity",
+    "inferplane_cache_requests_total", "inferplane_cache_entries",
+    "inferplane_cache_lookup_seconds", "inferplane_guardrail_actions_total",
 })
 CONTROL_PLANE_METRICS = frozenset({
     "inferplane_backend_healthy",

@@ -1,6 +1,8 @@
-// Requests (operators): the most recent requests' metadata, filterable, refreshed on demand.
+// Requests (operators): the most recent requests' metadata, filterable, refreshed on demand;
+// admins open a request's stored bodies (kept where its guardrail policy logs bodies).
 import { api } from "../api.js";
 import { Field, Loaded, Table, fmt, html, useLoad, useState, when } from "../ui.js";
+import { Bodies } from "./request_bodies.js";
 
 const COLS = [
   { key: "created_at", label: "time", render: (r) => when(r.created_at) }, { key: "model" }, { key: "version" },
@@ -10,10 +12,14 @@ const COLS = [
   { key: "tokens", render: (r) => `${r.prompt_tokens} + ${r.completion_tokens}` },
   { key: "cost", render: (r) => `$${r.cost.toFixed(6)}` }, { key: "backend" }, { key: "key_id", label: "key" },
   { key: "team" }, { key: "stream", render: (r) => (r.stream ? "stream" : "") },
+  { key: "cache", render: (r) => r.cache || "" },
   { key: "trace_id", label: "trace", render: (r) => html`<code>${r.trace_id || r.request_id}</code>` },
 ];
 
-export function Requests() {
+export function Requests({ me }) {
+  const [open, setOpen] = useState(null);
+  const cols = me && me.role === "admin" ? [...COLS, { key: "bodies", render: (r) => html`<button type="button"
+    onClick=${() => setOpen(r.request_id)} aria-label=${`Bodies of request ${r.request_id}`}>Bodies</button>` }] : COLS;
   const [form, set] = useState({ model: "", status: "", key_id: "" });
   const [query, setQuery] = useState(form);
   const [state, reload] = useLoad(() => api("/admin/v1/requests", { query: { ...query, limit: 200 } }), [JSON.stringify(query)]);
@@ -23,5 +29,6 @@ export function Requests() {
       <${Field} label="Key id" name="key_id" type="number" form=${form} set=${set} />
       <div class="field"><button type="submit">Filter</button></div>
       <div class="field"><button type="button" onClick=${reload}>Refresh</button></div></form>
-    <${Loaded} state=${state}>${(page) => html`<${Table} label="Recent requests" cols=${COLS} rows=${page.data} empty="No requests yet." />`}<//>`;
+    ${open ? html`<${Bodies} requestId=${open} onClose=${() => setOpen(null)} />` : null}
+    <${Loaded} state=${state}>${(page) => html`<${Table} label="Recent requests" cols=${cols} rows=${page.data} empty="No requests yet." />`}<//>`;
 }

@@ -2,7 +2,9 @@
 import { api } from "../api.js";
 import { COLOURS, Chart, Field, Loaded, Table, downloadCsv, html, useLoad, useState } from "../ui.js";
 
-const METRICS = ["requests", "errors", "prompt_tokens", "completion_tokens", "cost"];
+const METRICS = ["requests", "errors", "prompt_tokens", "completion_tokens", "cost", "cache_hits"];
+// Share of requests the gateway's response cache answered.
+export const hitRate = (r) => (r.requests ? `${((100 * (r.cache_hits ?? 0)) / r.requests).toFixed(1)}%` : "-");
 const isoDay = (d) => d.toISOString().slice(0, 10);
 
 export function defaultRange(days = 30) {
@@ -45,11 +47,13 @@ export function Usage() {
       const cols = [by, ...METRICS];
       return html`
         <p data-testid="usage-totals">${`Total: ${daily.totals.requests} requests, ${daily.totals.errors} errors, ${
-          daily.totals.prompt_tokens + daily.totals.completion_tokens} tokens, $${daily.totals.cost.toFixed(6)}`}</p>
+          daily.totals.prompt_tokens + daily.totals.completion_tokens} tokens, $${daily.totals.cost.toFixed(6)}, ${
+          daily.totals.cache_hits ?? 0} cache hits (${hitRate(daily.totals)})`}</p>
         <${Chart} title=${`${query.metric} per day by ${query.by}`} data=${data}
           pad=${86400} series=${groups.map((g, i) => ({ label: g, stroke: COLOURS[i] }))} />
         <p><button type="button" onClick=${() => downloadCsv(`usage-by-${query.by}.csv`, cols, table.data)}>Export CSV</button>
           <button type="button" onClick=${() => downloadCsv(`usage-by-${query.by}-per-day.csv`, [by, "day", ...METRICS], daily.data)}>Export CSV per day</button></p>
-        <${Table} label=${`Usage by ${query.by}`} rows=${table.data} cols=${cols.map((k) => ({ key: k, label: k === "key_id" ? "key" : k }))} empty="No usage in this range." />`;
+        <${Table} label=${`Usage by ${query.by}`} rows=${table.data.map((r) => ({ ...r, hit_rate: hitRate(r) }))}
+          cols=${[...cols, "hit_rate"].map((k) => ({ key: k, label: k === "key_id" ? "key" : k === "hit_rate" ? "cache hit rate" : k }))} empty="No usage in this range." />`;
     }}<//>`;
 }

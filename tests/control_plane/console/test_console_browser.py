@@ -89,7 +89,7 @@ def test_admin_creates_team_and_key_and_copies_the_secret(stack, page: Page, art
     page.on("console", lambda m: errors.append(m.text) if "Refused to" in m.text else None)  # CSP
     sign_in(page, stack["base"], stack["key"])
     assert nav_labels(page) == ["Overview", "Keys", "Teams", "Models", "Rollouts", "Usage",
-                                "Requests", "Playground", "Audit log"]
+                                "Requests", "Guardrails", "Playground", "Audit log"]
     shot(page, artifacts, "01-overview")
 
     open_page(page, "Models")
@@ -178,10 +178,11 @@ def test_admin_sees_the_request_and_its_spend(stack, page: Page, artifacts):
         has=page.locator(f"td[data-col=key_id]:text-is('{key_id}')"))
     expect(row.locator("td[data-col=requests]")).to_have_text("1")
     assert float(row.locator("td[data-col=cost]").inner_text()) > 0
+    expect(row.locator("td[data-col=hit_rate]")).to_have_text("0.0%")   # nothing cached
     with page.expect_download() as download:
         page.get_by_role("button", name="Export CSV", exact=True).click()
     csv = open(download.value.path()).read().splitlines()
-    assert csv[0] == "key_id,requests,errors,prompt_tokens,completion_tokens,cost"
+    assert csv[0] == "key_id,requests,errors,prompt_tokens,completion_tokens,cost,cache_hits"
     assert any(line.startswith(f"{key_id},1,0,") for line in csv[1:])
     shot(page, artifacts, "07-usage")
     # A refused query shows the API's message and no stale rows from the previous answer.

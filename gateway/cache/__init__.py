@@ -1,0 +1,1 @@
+"""The gateway's response cache (exact and semantic): gateway/cache/response_cache.py."""
