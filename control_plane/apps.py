@@ -101,15 +101,16 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
         task.cancel()
 
 
-def _gateway_metrics(urls: list[str], registry):
-    """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
-    is inconclusive and rollouts pause for an operator."""
+def analysis_source(settings: Settings, urls: list[str], registry):
+    """Where rollout analysis reads the gateways' per-version metrics: Prometheus
+    (`analysis.source: prometheus`), else the gateways' /metrics at `urls`, else `registry`
+    (the gateway serving in this process)."""
     from control_plane.rollouts.metrics_source import MetricsSource, RegistryMetricsSource
+    from control_plane.rollouts.prometheus_source import PrometheusMetricsSource
 
-    if urls:
-        return MetricsSource(urls)
-    log.warning("gateway_metrics_urls is empty: rollout analysis has no gateway metrics")
-    return RegistryMetricsSource(registry)
+    if settings.analysis.source == "prometheus":
+        return PrometheusMetricsSource(settings.analysis.prometheus)
+    return MetricsSource(urls) if urls else RegistryMetricsSource(registry)
 
 
 @contextlib.asynccontextmanager
@@ -125,6 +126,9 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
     from control_plane.snapshots import SnapshotSource
 
     configure_engine_keys(settings, create=True)
+    if not gateway_metrics_urls and settings.analysis.source == "direct":
+        log.warning("gateway_metrics_urls is empty and analysis.source is direct: rollout "
+                    "analysis has no gateway metrics (every measurement is inconclusive)")
     sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
@@ -135,8 +139,8 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
         fleet.health.export_to(registry)
         controller = mount_control_plane(
             app, sessions, snapshots, registry, fleet.tiers,
-            lambda slo: RolloutController(sessions, _gateway_metrics(gateway_metrics_urls,
-                                                                     registry),
+            lambda slo: RolloutController(sessions, analysis_source(settings, gateway_metrics_urls,
+                                                                    registry),
                                           on_registry_change(snapshots), slo=slo,
                                           registry=registry, tick_s=settings.rollout_tick_s))
         mount_console(app)
@@ -147,5 +151,5 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
         yield app
 
 
-__all__ = ["allowlist", "control_plane_app", "gateway_settings", "mlflow_sync",
+__all__ = ["allowlist", "analysis_source", "control_plane_app", "gateway_settings", "mlflow_sync",
            "mount_control_plane", "on_registry_change", "serve_gateway", "usage_to_sql"]
