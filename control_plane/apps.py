@@ -6,13 +6,14 @@
                                    # one gateway process (`link`: a worker of `up --workers`)
     controller = mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller)
     loop = mlflow_sync(settings, app, sessions, snapshots)   # None without MLflow configured
-    async with usage_to_sql(app, sessions): ...              # gateway usage rows into SQL
+    async with usage_to_sql(app, sessions, settings): ...    # gateway usage rows into SQL
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 
 from control_plane.fleet import prepare_database, running_fleet
 from control_plane.server_process import configure_engine_keys, uvicorn_server
@@ -58,11 +59,20 @@ def mlflow_sync(settings: Settings, app, sessions, snapshots):
 
 
 @contextlib.asynccontextmanager
-async def usage_to_sql(app, sessions):
-    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit."""
+async def usage_to_sql(app, sessions, settings: Settings):
+    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit.
+    Until written they are also spooled under <data_dir>/usage-spool (common.usage_spool), so
+    a gateway process killed outright loses none; the next one to start writes them."""
+    from common.usage_spool import UsageSpool
     from control_plane.usage_sink import sql_usage_writer
 
-    writer = sql_usage_writer(sessions)
+    try:
+        spool = UsageSpool(Path(settings.data_dir) / "usage-spool")
+    except OSError as exc:   # a read-only data_dir: usage still flows, unspooled
+        log.warning("usage spool unavailable (%s): a killed gateway loses its unwritten usage",
+                    exc)
+        spool = None
+    writer = sql_usage_writer(sessions, spool=spool)
     await writer.start()
     app.state.gateway.usage_sinks.append(writer.record)
     try:
@@ -95,7 +105,7 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
         cold_starter = link.cold_starter(snapshots) if link is not None else None
         app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter)
         front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
-        async with usage_to_sql(app, sessions), front as served:
+        async with usage_to_sql(app, sessions, settings), front as served:
             await uvicorn_server(served, settings).serve(sockets=[sock])
     finally:
         task.cancel()

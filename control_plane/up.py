@@ -48,7 +48,7 @@ async def _up(settings: Settings, sock) -> None:
         fleet.run(controller.run())
         if (mlflow_loop := mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
-        async with usage_to_sql(app, sessions):
+        async with usage_to_sql(app, sessions, settings):
             say(f"ready: OpenAI API at http://{settings.host}:{settings.port}/v1, admin API at "
                 f"/admin/v1, console at /console, metrics at /metrics (Ctrl-C stops everything)")
             await uvicorn_server(app, settings).serve(sockets=[sock])

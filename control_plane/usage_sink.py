@@ -58,7 +58,8 @@ def request_rows(records: list[GatewayUsage]) -> list[dict]:
 
 
 def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
-                     clock: Callable[[], float] = time.monotonic) -> UsageWriter:
+                     clock: Callable[[], float] = time.monotonic, spool=None) -> UsageWriter:
+    """`spool`: a common.usage_spool.UsageSpool keeping records on disk until written."""
     pruned_at: float | None = None
 
     def sink(batch: list[GatewayUsage]) -> None:
@@ -75,4 +76,4 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
                                - timedelta(seconds=request_retention_s))
         if prune:   # only once the transaction holding it committed
             pruned_at = now
-    return UsageWriter(sink, max_batch=MAX_BATCH)
+    return UsageWriter(sink, max_batch=MAX_BATCH, spool=spool)
