@@ -12,6 +12,7 @@ import os
 import re
 from contextvars import ContextVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from common import tracing
@@ -65,6 +66,16 @@ class RequestContextMiddleware:
             try:
                 await self.app(scope, receive, self._send_with_id(send, request_id))
             finally:
+                _REQUEST_ID.reset(token)
+            return
+        if not tracing.spans_exported():   # ids to continue and answer, nothing recorded
+            context = otel_context.attach(trace.set_span_in_context(
+                tracing.unrecorded_server_span(headers)))
+            try:
+                span = trace.get_current_span()
+                await self.app(scope, receive, self._send_with_ids(send, span, request_id))
+            finally:
+                otel_context.detach(context)
                 _REQUEST_ID.reset(token)
             return
         name = f"{scope['method']} {scope['path']}"

@@ -7,6 +7,7 @@ trace covers gateway admission, routing and the engine call.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager, nullcontext
 from urllib.parse import urlparse
@@ -126,6 +127,20 @@ def shutdown_tracing() -> None:
         _provider = None
     _exporting = False
     _tracers.clear()
+
+
+def unrecorded_server_span(headers: Mapping[str, str]) -> trace.NonRecordingSpan:
+    """The ids of a SERVER span when no exporter would record it: the caller's trace (and its
+    sampled flag) continued, else a new one, and a span id of its own. What the tracer makes
+    when nothing records its spans, without the tracer: a third of the cost per request."""
+    parent = trace.get_current_span(extract_context(headers)).get_span_context() \
+        if "traceparent" in headers else None
+    if parent is not None and parent.is_valid:
+        trace_id, flags = parent.trace_id, parent.trace_flags
+    else:
+        trace_id, flags = random.getrandbits(128) or 1, trace.TraceFlags(0)
+    return trace.NonRecordingSpan(trace.SpanContext(trace_id, random.getrandbits(64) or 1,
+                                                    is_remote=False, trace_flags=flags))
 
 
 def extract_context(headers: Mapping[str, str]) -> otel_context.Context:

@@ -13,6 +13,11 @@ SQLAlchemy). A failing sink (the database is down) is retried on every flush for
 it fails: records wait in the queue, in order, and nothing is lost while the queue has room;
 when it is full new records are dropped and counted in `dropped`. Only `close` gives up on a
 batch, after `max_attempts` tries: the process is stopping and has nowhere to keep it.
+
+With a `spool` (common.usage_spool.UsageSpool) every record is also appended to a file
+before it is queued, and a segment goes only once all its records are written: a process
+killed outright loses nothing, and one that gave up on a batch at `close` leaves it there.
+`start` adopts the segments of processes that died and writes them first.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ class UsageWriter(Generic[R]):
     """Batches any record type (the gateway's UsageRecord) towards one sink."""
 
     def __init__(self, sink: Sink, flush_interval_ms: int = 500, max_batch: int = 200,
-                 max_queue: int = 100_000, max_attempts: int = 3) -> None:
+                 max_queue: int = 100_000, max_attempts: int = 3, spool=None) -> None:
         if flush_interval_ms <= 0 or max_batch < 1 or max_queue < max_batch:
             raise ValueError("need flush_interval_ms > 0, max_batch >= 1, max_queue >= max_batch")
         self.sink = sink
@@ -50,12 +55,17 @@ class UsageWriter(Generic[R]):
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self.spool = spool
+        # sealed spool segments, each released once `written` reaches its number
+        self._sealed: list[tuple[int, list]] = []
 
     @property
     def pending(self) -> int:
         return len(self._queue)
 
     async def start(self) -> None:
+        if self.spool is not None:
+            self._adopt_orphans()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="usage-writer")
 
@@ -63,6 +73,8 @@ class UsageWriter(Generic[R]):
         if self._closed or len(self._queue) >= self.max_queue:
             self.dropped += 1
             return
+        if self.spool is not None:
+            self.spool.append(record)
         self._queue.append(record)
         if len(self._queue) >= self.max_batch:
             self._wakeup.set()
@@ -70,6 +82,8 @@ class UsageWriter(Generic[R]):
     async def flush(self) -> None:
         """Write everything queued now (batch by batch), stopping at the first sink failure."""
         async with self._lock:
+            if self.spool is not None and self._queue:
+                self._seal()
             while self._queue:
                 if not await self._write_batch():
                     return
@@ -114,7 +128,27 @@ class UsageWriter(Generic[R]):
             log.warning("usage sink recovered after %d failed attempts", self._attempts)
         self._attempts = 0
         self.written += len(batch)
+        self._release_written()
         return True
+
+    # -- the spool ------------------------------------------------------------------------
+    def _seal(self) -> None:
+        """Every record queued so far is in the sealed segment: it goes once they are written."""
+        segment = self.spool.seal()
+        if segment:
+            self._sealed.append((self.written + len(self._queue), segment))
+
+    def _release_written(self) -> None:
+        while self._sealed and self._sealed[0][0] <= self.written:
+            self.spool.release(self._sealed.pop(0)[1])
+
+    def _adopt_orphans(self) -> None:
+        """A dead process's records go first, ahead of anything this one queues."""
+        for path, records in self.spool.adopt_orphans():
+            self._queue.extend(records)
+            self._sealed.append((self.written + len(self._queue), [path]))
+            log.warning("usage spool: %d records of a process that died are written again "
+                        "(%s)", len(records), path.name)
 
     def _batch_failed(self, size: int) -> bool:
         self.failed_flushes += 1

@@ -6,13 +6,14 @@
                                    # one gateway process (`link`: a worker of `up --workers`)
     controller = mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller)
     loop = mlflow_sync(settings, app, sessions, snapshots)   # None without MLflow configured
-    async with usage_to_sql(app, sessions): ...              # gateway usage rows into SQL
+    async with usage_to_sql(app, sessions, settings): ...    # gateway usage rows into SQL
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 
 from control_plane.fleet import prepare_database, running_fleet
 from control_plane.server_process import configure_engine_keys, uvicorn_server
@@ -58,13 +59,22 @@ def mlflow_sync(settings: Settings, app, sessions, snapshots):
 
 
 @contextlib.asynccontextmanager
-async def usage_to_sql(app, sessions, settings: Settings | None = None):
+async def usage_to_sql(app, sessions, settings: Settings):
     """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit.
-    Stored bodies are kept `settings.guardrails.body_retention_days`."""
+    Stored bodies are kept `settings.guardrails.body_retention_days`. Until written, records
+    are also spooled under <data_dir>/usage-spool (common.usage_spool), so a gateway process
+    killed outright loses none; the next one to start writes them."""
+    from common.usage_spool import UsageSpool
     from control_plane.usage_sink import sql_usage_writer
 
-    writer = sql_usage_writer(sessions, body_retention_s=(settings or Settings()).guardrails
-                              .body_retention_days * 86400)
+    try:
+        spool = UsageSpool(Path(settings.data_dir) / "usage-spool")
+    except OSError as exc:   # a read-only data_dir: usage still flows, unspooled
+        log.warning("usage spool unavailable (%s): a killed gateway loses its unwritten usage",
+                    exc)
+        spool = None
+    writer = sql_usage_writer(sessions, spool=spool,
+                              body_retention_s=settings.guardrails.body_retention_days * 86400)
     await writer.start()
     app.state.gateway.usage_sinks.append(writer.record)
     try:
@@ -105,15 +115,16 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
         task.cancel()
 
 
-def _gateway_metrics(urls: list[str], registry):
-    """Rollout analysis reads the gateways' own metrics; without their URLs every measurement
-    is inconclusive and rollouts pause for an operator."""
+def analysis_source(settings: Settings, urls: list[str], registry):
+    """Where rollout analysis reads the gateways' per-version metrics: Prometheus
+    (`analysis.source: prometheus`), else the gateways' /metrics at `urls`, else `registry`
+    (the gateway serving in this process)."""
     from control_plane.rollouts.metrics_source import MetricsSource, RegistryMetricsSource
+    from control_plane.rollouts.prometheus_source import PrometheusMetricsSource
 
-    if urls:
-        return MetricsSource(urls)
-    log.warning("gateway_metrics_urls is empty: rollout analysis has no gateway metrics")
-    return RegistryMetricsSource(registry)
+    if settings.analysis.source == "prometheus":
+        return PrometheusMetricsSource(settings.analysis.prometheus)
+    return MetricsSource(urls) if urls else RegistryMetricsSource(registry)
 
 
 @contextlib.asynccontextmanager
@@ -129,6 +140,9 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
     from control_plane.snapshots import SnapshotSource
 
     configure_engine_keys(settings, create=True)
+    if not gateway_metrics_urls and settings.analysis.source == "direct":
+        log.warning("gateway_metrics_urls is empty and analysis.source is direct: rollout "
+                    "analysis has no gateway metrics (every measurement is inconclusive)")
     sessions = prepare_database(settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
@@ -139,8 +153,8 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
         fleet.health.export_to(registry)
         controller = mount_control_plane(
             app, sessions, snapshots, registry, fleet.tiers,
-            lambda slo: RolloutController(sessions, _gateway_metrics(gateway_metrics_urls,
-                                                                     registry),
+            lambda slo: RolloutController(sessions, analysis_source(settings, gateway_metrics_urls,
+                                                                    registry),
                                           on_registry_change(snapshots), slo=slo,
                                           registry=registry, tick_s=settings.rollout_tick_s))
         mount_console(app)
@@ -151,5 +165,5 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
         yield app
 
 
-__all__ = ["allowlist", "control_plane_app", "gateway_settings", "mlflow_sync",
+__all__ = ["allowlist", "analysis_source", "control_plane_app", "gateway_settings", "mlflow_sync",
            "mount_control_plane", "on_registry_change", "serve_gateway", "usage_to_sql"]

@@ -171,6 +171,46 @@ class TierSettings(BaseModel):
         return self
 
 
+AnalysisFamily = Literal["requests", "duration", "ttft", "shadow_requests", "shadow_duration",
+                         "shadow_ttft"]
+
+
+class PrometheusAnalysis(BaseModel):
+    """Where rollout analysis reads the gateways' metrics when `analysis.source: prometheus`.
+
+    `queries` replaces the PromQL of a family (control_plane.rollouts.prometheus_source.QUERIES
+    has the defaults); a template names its range `{{ window }}` and may use `{{ selector }}`."""
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(pattern=r"^https?://\S+$")              # http://prometheus:9090
+    selector: str = Field("", max_length=1000)               # 'namespace="llm",job="gateway"'
+    timeout_s: float = Field(5.0, gt=0, le=60)
+    # ranges end this far in the past: Prometheus may still be ingesting the newest scrape
+    lag_s: float = Field(2.0, ge=0, le=300)
+    queries: dict[AnalysisFamily, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _windowed(self) -> "PrometheusAnalysis":
+        for family, query in self.queries.items():
+            if "{{ window }}" not in query:
+                raise ValueError(f"queries.{family}: a template needs its range as "
+                                 "{{ window }}, e.g. increase(metric[{{ window }}])")
+        return self
+
+
+class AnalysisSettings(BaseModel):
+    """`direct` (the default) scrapes `gateway_metrics_urls` (or the embedded gateway's own
+    registry); `prometheus` asks Prometheus, for replicas with no stable URL of their own."""
+    model_config = ConfigDict(extra="forbid")
+    source: Literal["direct", "prometheus"] = "direct"
+    prometheus: PrometheusAnalysis | None = None
+
+    @model_validator(mode="after")
+    def _configured(self) -> "AnalysisSettings":
+        if self.source == "prometheus" and self.prometheus is None:
+            raise ValueError("analysis.source: prometheus needs analysis.prometheus.url")
+        return self
+
+
 class LeaderSettings(BaseModel):
     """How control planes sharing one registry elect the one that leads (control-plane only;
     `inferplane up` is one process and always leads)."""
@@ -199,6 +239,7 @@ class Settings(BaseModel):
     tiers: TierSettings = Field(default_factory=TierSettings)
     leader: LeaderSettings = Field(default_factory=LeaderSettings)
     gateway_metrics_urls: list[str] = Field(default_factory=list)  # rollout analysis (split mode)
+    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     rollout_tick_s: float = Field(5.0, gt=0, le=300)  # how often rollouts are advanced
     health_interval_s: float = Field(2.0, gt=0, le=300)  # probe rounds of unmanaged backends
     log_level: str = "info"

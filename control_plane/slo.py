@@ -13,6 +13,7 @@ with no model applies to every model.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from common.metric_names import Metric
-from control_plane.rollouts.metrics_source import Scrape, VersionCounts
+from control_plane.rollouts.metrics_source import MetricsUnavailable, Scrape, VersionCounts
 from registry.orm.catalog import Model
 from registry.orm.slos import Slo
 
+log = logging.getLogger("inferplane.slo")
 DEFAULT_MIN_REMAINING = 0.1  # below this a rollout refuses to start, or pauses
 DEFAULT_SPACING_S = 60.0
 MAX_WINDOW_S = 90 * 24 * 3600.0
@@ -85,7 +87,11 @@ class SloTracker:
             if sample.taken_at > cutoff:
                 break
             baseline = sample
-        return self._latest.since(baseline) if baseline else self._latest
+        try:
+            return self._latest.window(baseline, window_s)
+        except MetricsUnavailable as exc:   # Prometheus down: unknown, so nothing is spent
+            log.warning("SLO window unavailable: %s", exc)
+            return None
 
     # --- budgets ------------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from control_plane.apps import (allowlist, control_plane_app, gateway_settings, mlflow_sync,
-                                 mount_control_plane, on_registry_change, serve_gateway,
-                                 usage_to_sql)
+from control_plane.apps import (allowlist, analysis_source, control_plane_app, gateway_settings,
+                                 mlflow_sync, mount_control_plane, on_registry_change,
+                                 serve_gateway, usage_to_sql)
 from control_plane.fleet import prepare_database, running_fleet, say
 from control_plane.server_process import configure_engine_keys, listen, run, uvicorn_server
 from control_plane.settings import Settings
@@ -20,7 +20,6 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
     analyses this gateway's own per-version metrics. Cold models start through `tiers`."""
     from control_plane.console import mount_console
     from control_plane.rollouts import RolloutController
-    from control_plane.rollouts.metrics_source import RegistryMetricsSource
     from control_plane.tiers.cold_starter import InProcessColdStarter
     from gateway.app import create_gateway_app
 
@@ -31,7 +30,7 @@ def _build_app(settings: Settings, sessions, snapshots, tiers):
     registry = app.state.gateway.metrics.registry
     controller = mount_control_plane(app, sessions, snapshots, registry, tiers,
                                      lambda slo: RolloutController(
-                                         sessions, RegistryMetricsSource(registry),
+                                         sessions, analysis_source(settings, [], registry),
                                          on_registry_change(snapshots), slo=slo,
                                          registry=registry, tick_s=settings.rollout_tick_s))
     mount_console(app)

@@ -33,6 +33,13 @@ def _key_id(raw: str | None) -> int | None:
     return int(raw) if raw and raw.isdigit() else None  # JWT principals have no key row
 
 
+def _lock_order(item) -> tuple:
+    # Every writer locks (SELECT ... FOR UPDATE) its bucket rows in this one order, so two
+    # gateway processes adding to the same minute wait for each other instead of deadlocking.
+    (bucket, key_id, team, model), _ = item
+    return bucket, key_id or 0, team or "", model
+
+
 def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
     sums: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0])
     for rec in records:
@@ -46,7 +53,8 @@ def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
         acc[5] += rec.cache == "hit"
     return [UsageRecord(bucket_start=b, key_id=k, team=t, model=m, requests=int(a[0]),
                         errors=int(a[1]), prompt_tokens=int(a[2]), completion_tokens=int(a[3]),
-                        cost=a[4], cache_hits=int(a[5])) for (b, k, t, m), a in sums.items()]
+                        cost=a[4], cache_hits=int(a[5]))
+            for (b, k, t, m), a in sorted(sums.items(), key=_lock_order)]
 
 
 def request_rows(records: list[GatewayUsage]) -> list[dict]:
@@ -63,7 +71,8 @@ def request_rows(records: list[GatewayUsage]) -> list[dict]:
 
 def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
                      clock: Callable[[], float] = time.monotonic,
-                     body_retention_s: float = BODY_RETENTION_S) -> UsageWriter:
+                     body_retention_s: float = BODY_RETENTION_S, spool=None) -> UsageWriter:
+    """`spool`: a common.usage_spool.UsageSpool keeping records on disk until written."""
     pruned_at: float | None = None
 
     def sink(batch: list[GatewayUsage]) -> None:
@@ -83,4 +92,4 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
                              - timedelta(seconds=body_retention_s))
         if prune:   # only once the transaction holding it committed
             pruned_at = now
-    return UsageWriter(sink, max_batch=MAX_BATCH)
+    return UsageWriter(sink, max_batch=MAX_BATCH, spool=spool)

@@ -140,7 +140,7 @@ def record_usage(session: Session, records: Iterable[UsageRecord]) -> int:
     for rec in records:
         row = session.scalar(select(Usage).where(
             Usage.bucket_start == rec.bucket_start, Usage.key_id == rec.key_id,
-            Usage.model == rec.model))
+            Usage.model == rec.model).with_for_update())
         if row is None:
             row = Usage(bucket_start=rec.bucket_start, key_id=rec.key_id, team=rec.team,
                         model=rec.model, **{f: 0 for f in ADDITIVE})

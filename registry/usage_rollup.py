@@ -41,10 +41,12 @@ def add_to_rollups(session: Session, records: Iterable[UsageRecord]) -> None:
             acc = sums[(floor_to(rec.bucket_start, width), rec.key_id, rec.team, rec.model)]
             for i, field in enumerate(ADDITIVE):
                 acc[i] += getattr(rec, field)
-        for (start, key_id, team, model), acc in sums.items():
+        # one lock order for every writer (rows are locked FOR UPDATE): no deadlocks
+        for (start, key_id, team, model), acc in sorted(
+                sums.items(), key=lambda i: (i[0][0], i[0][1] or 0, i[0][2] or "", i[0][3])):
             row = session.scalar(select(table).where(
                 table.start == start, table.model == model,
-                _is(table.key_id, key_id), _is(table.team, team)))
+                _is(table.key_id, key_id), _is(table.team, team)).with_for_update())
             if row is None:
                 row = table(start=start, key_id=key_id, team=team, model=model,
                             **{f: 0 for f in ADDITIVE})

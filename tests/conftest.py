@@ -139,6 +139,7 @@ MARKED_FIXTURES = {
         "tests/e2e/test_db_outage.py::stack",
         "tests/e2e/test_quickstart.py::stack",
         "tests/e2e/rollouts/conftest.py::stack",
+        "tests/e2e/rollouts/test_prometheus_analysis.py::promstack",   # + Prometheus
         "tests/common/test_connections.py::up",
         "tests/e2e/faults/test_budget_holds.py::replicas",
         "tests/e2e/faults/test_engine_faults.py::stack",

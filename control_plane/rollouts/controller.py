@@ -210,9 +210,12 @@ class RolloutController:
                                analysis)
         stable = rollout.from_version.label if rollout.from_version else ""
         model = store.model_names(session, [rollout])[rollout.model_id]
-        return measure(scrape.since(baseline.scrape), model, stable, rollout.to_version.label,
-                       analysis, now - baseline.at,
-                       mirrored=rollout.spec.get("mode") == SplitMode.SHADOW)
+        try:   # a Prometheus source queries here, in this worker thread
+            delta = scrape.since(baseline.scrape)
+        except MetricsUnavailable as exc:
+            return unavailable(str(exc), now - baseline.at, analysis)
+        return measure(delta, model, stable, rollout.to_version.label, analysis,
+                       now - baseline.at, mirrored=rollout.spec.get("mode") == SplitMode.SHADOW)
 
     def _budget_pause(self, session: Session, rollout: Rollout, now: float) -> bool:
         if self.slo is None or t.spec_of(rollout).force:

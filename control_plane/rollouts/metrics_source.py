@@ -152,6 +152,11 @@ class Scrape:
         return Scrape(self.taken_at, _deltas(self.series, earlier.series),
                       _deltas(self.shadow, earlier.shadow))
 
+    def window(self, baseline: Scrape | None, window_s: float) -> Scrape:
+        """The traffic of the `window_s` seconds before this scrape, from `baseline` (the
+        newest kept scrape at least that old; None: everything since the gateways started)."""
+        return self.since(baseline) if baseline is not None else self
+
 
 def _deltas(now: dict[Key, VersionCounts], before: dict[Key, VersionCounts]
             ) -> dict[Key, VersionCounts]:

@@ -11,6 +11,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from common import tracing
+from common.request_context import RequestContextMiddleware
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -143,3 +144,31 @@ def test_bad_arguments_are_rejected_clearly():
         tracing.setup_tracing("")
     with pytest.raises(ValueError, match="sample_ratio"):
         tracing.setup_tracing("gw", sample_ratio=2.0)
+
+
+async def test_with_no_exporter_the_callers_trace_goes_on_without_spans_made():
+    """Nothing records spans: the middleware carries ids only (no tracer work per request),
+    yet the caller's trace continues to engines and back in the answer's traceparent."""
+    tracing.setup_tracing("gw")
+    seen: list[tuple[str | None, str | None]] = []
+
+    async def app(scope, receive, send):
+        outgoing = tracing.inject_traceparent({}).get("traceparent")   # what engines get
+        seen.append((tracing.current_trace_id(), outgoing))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+    transport = httpx.ASGITransport(RequestContextMiddleware(app))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            continued = await client.get("/v1/x", headers={"traceparent": TRACEPARENT})
+            fresh = await client.get("/v1/x")
+    finally:
+        tracing.shutdown_tracing()
+    (trace_id, outgoing), (new_trace, _) = seen
+    assert trace_id == TRACE_ID and outgoing.startswith(f"00-{TRACE_ID}-")
+    answered = continued.headers["traceparent"].split("-")
+    assert answered[1] == TRACE_ID and answered[2] != PARENT_ID and answered[3] == "01"
+    assert outgoing == continued.headers["traceparent"]   # the engine's parent is this span
+    assert new_trace and len(new_trace) == 32 and new_trace != TRACE_ID
+    version, trace, span, flags = fresh.headers["traceparent"].split("-")
+    assert (version, trace, flags) == ("00", new_trace, "00") and len(span) == 16

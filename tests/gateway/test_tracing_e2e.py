@@ -69,7 +69,7 @@ def stack(monkeypatch, make_gateway):
     provider = tracing.setup_tracing("inferplane-test", exporter=exporter)
     engine_tracing.use_tracer_provider(provider)
     logs = io.StringIO()
-    configure_logging("INFO", stream=logs)
+    configure_logging("INFO", stream=logs, flush_interval_s=0)   # lines read at once
     engine_url, server, thread = _serve(_instrumented_engine_app(monkeypatch))
     backend = BackendView(id="eng", url=engine_url + "/v1", engine="builtin",
                           served_model="traced", gpu=None, weight=1.0, tier="hot",

@@ -213,6 +213,32 @@ def test_a_killed_worker_is_replaced_and_serving_goes_on(stack):
     assert set(seen) == now and set(seen.values()) == {200}, seen
 
 
+def test_a_killed_worker_loses_none_of_the_usage_it_accounted(stack):
+    """Requests a worker answered are in the request log even when it is SIGKILLed before its
+    usage writer's next flush: the replacement writes them from the usage spool."""
+    victim, mine = min(worker_pids(stack)), []
+    headers = {"authorization": f"Bearer {stack['key']}"}
+    for i in range(80):
+        request_id = f"spool-{victim}-{i}"
+        with httpx.Client(base_url=stack["base"], timeout=60, trust_env=False) as client:
+            r = client.post("/v1/chat/completions", json={"model": MODEL, **ASK},
+                            headers={**headers, "x-request-id": request_id})
+            _, client_port = r.extensions["network_stream"].get_extra_info("client_addr")
+            if r.status_code == 200 and _owner({victim}, client_port) == victim:
+                mine.append(request_id)
+        if len(mine) == 3:
+            break
+    os.kill(victim, signal.SIGKILL)   # well inside the writer's 500 ms flush interval
+    assert len(mine) == 3
+    deadline, logged = time.monotonic() + 30, set()
+    while time.monotonic() < deadline and not set(mine) <= logged:
+        page = httpx.get(stack["base"] + "/admin/v1/requests", headers=headers, timeout=30,
+                         params={"model": MODEL, "limit": 200})
+        logged = {row["request_id"] for row in page.json()["data"]}
+        time.sleep(0.5)
+    assert set(mine) <= logged, (mine, sorted(logged)[-10:])
+
+
 async def _serve_on_unix_socket(app, path: str) -> tuple[uvicorn.Server, asyncio.Task]:
     server = uvicorn.Server(uvicorn.Config(app, uds=path, log_level="warning"))
     task = asyncio.create_task(server.serve())
