@@ -209,3 +209,26 @@ def _jsonable(obj):
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc, timeout: float = 120) -> None:
+    """Until `url` answers below 500; RuntimeError if `proc` (a Popen) exits first."""
+    import httpx
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited ({proc.returncode}) before {url} answered")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(url)

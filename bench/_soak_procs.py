@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from _common import ROOT
+from _common import ROOT, free_port, wait_http
 
 MODEL = "soak"
 PRICE_IN_PER_1K, PRICE_OUT_PER_1K = 1.0, 2.0
@@ -37,25 +37,6 @@ class UpShape:
     workers: int
     database_url: str | None      # None: SQLite in the data directory
     redis_url: str | None
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited ({proc.returncode}) before {url} answered")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(url)
 
 
 def start_engine(port: int, logs: Path) -> subprocess.Popen:

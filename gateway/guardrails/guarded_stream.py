@@ -17,23 +17,11 @@ import orjson
 from common.guardrail_spec import Direction
 from engine_adapter.base import EngineStream
 from gateway.guardrails.stream_redactor import StreamRedactor
+from gateway.request_path.relay import is_done, payload
 
 CONTENT_FILTER = "content_filter"
 
 
-def _is_done(event: bytes) -> bool:
-    return event.startswith(b"data: [DONE]") or event.startswith(b"data:[DONE]")
-
-
-def _payload(event: bytes) -> dict | None:
-    start = event.find(b"data:")
-    if start < 0:
-        return None
-    try:
-        data = orjson.loads(event[start + 5:])
-    except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _event(data: dict) -> bytes:
@@ -73,10 +61,10 @@ class GuardedStream(EngineStream):
     def _transform(self, event: bytes) -> list[bytes]:
         """What to forward for one engine event: it, a rewritten copy, nothing, or at the
         end the text still held and then `data: [DONE]`."""
-        if _is_done(event):
+        if is_done(event):
             tail = self._flush_all()
             return [event] if tail is None else [tail, event]
-        data = _payload(event)
+        data = payload(event)
         if data is None:            # comments, anything not JSON
             return [event]
         choices = data.get("choices")

@@ -14,18 +14,16 @@ import shutil
 import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 import yaml
 
 from tests.conftest import free_port, start_process, stop_process, wait_http
+from tests.e2e.multi_replica.conftest import postgres_url  # noqa: F401 (a fresh database)
 from tests.e2e.rollouts.stack import FINAL, simulated_engine_args
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 INTERVAL_S = 3.0
 ANALYSIS = {"interval_s": INTERVAL_S, "min_requests": 5, "max_error_rate": 0.05,
             "max_inconclusive": 2}
@@ -138,23 +136,11 @@ def start_prometheus(stack: PromStack) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def database_url():
-    name = f"ip_prom_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="module")
-def promstack(tmp_path_factory, database_url):
+def promstack(tmp_path_factory, postgres_url):
     stack = PromStack(tmp_path_factory.mktemp("prometheus_analysis"))
     config = stack.work / "inferplane.yaml"
     config.write_text(yaml.safe_dump({
-        "data_dir": str(stack.work / "data"), "database_url": database_url, "models": [],
+        "data_dir": str(stack.work / "data"), "database_url": postgres_url, "models": [],
         "rollout_tick_s": 0.25, "gateway": {"routing": {"load_poll_interval_s": 0}},
         "analysis": {"source": "prometheus", "prometheus": {
             "url": f"http://127.0.0.1:{stack.prometheus_port}", "lag_s": 1.0,
