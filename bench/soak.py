@@ -198,14 +198,17 @@ class Soak:
 
     async def traffic(self, t0: float, first: int, last: int) -> None:
         """Requests first..last-1 at the fixed rate from now, on a client closed afterwards."""
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # No pool limit: a request queued inside httpx's pool waits behind a list scan per
+        # connection event, and a backlog of thousands turns the client into the bottleneck.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         start = time.monotonic()
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
             pending: set[asyncio.Task] = set()
             for i in range(first, last):
                 delay = start + (i - first) / self.args.rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                # always yield: a generator that fell behind must not create the rest of the
+                # run's requests in one burst without letting any of them run
+                await asyncio.sleep(max(delay, 0))
                 task = asyncio.create_task(self.one(client, i, t0))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
