@@ -4,13 +4,15 @@
                                    [--context-max 560] [--dtype float32] [--threads 2]
                                    [--prefill-chunk N] [--no-pack-weights]
                                    [--compile | --no-compile] [--compare N]
-                                   [--quantization int8]
+                                   [--quantization int8] [--timed N]
 
 Builds the model runner on the real SmolLM2 weights, gives `--batch` requests contexts spread
 evenly over [context-min, context-max] (the KV cache holds random values: attention costs the
 same whatever it reads), and profiles `--steps` decode steps after two warm-up steps. Ops are
 grouped into the categories of the table in docs/bench/README.md; the share of each is of the
-summed self CPU time of all ops, and the step time is wall time per step.
+summed self CPU time of all ops, and the step time is wall time per step. `--timed N` then
+times N steps without the profiler and prints their median (the figure to compare runs by:
+the profiler's own cost per op event is in the profiled wall time).
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ CATEGORIES = (
                                        "aten::bmm", "mkldnn", "aten::_weight_int8")),
     ("attention (C++ decode kernel)", ("cpu_decode_attention",)),
     ("attention (C++ prompt kernel)", ("cpu_prefill_attention",)),
+    # The op event's own time, around the ATen call it makes: the custom-op dispatch
+    # (a Python custom op's wrapper, or the C++ op's table look-up).
+    ("custom-op dispatch (store_kv, packed_linear)", ("inferplane::",)),
     ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "aten::_softmax",
                           "aten::baddbmm")),
     ("KV gather (paged reads)", ("aten::index", "aten::gather")),
@@ -56,7 +61,7 @@ def build(args):
     from builtin_engine.core.sampling_params import SamplingParams
 
     block = 16
-    longest = args.context_max + args.steps + 4
+    longest = args.context_max + args.steps + args.timed + 2 * args.compare + 4  # every step's token
     blocks_per = -(-longest // block)
     chunk_blocks = -(-args.prefill_chunk // block)
     overrides = dict(dtype=args.dtype, num_blocks=args.batch * blocks_per + chunk_blocks + 1,
@@ -111,6 +116,8 @@ def main(argv=None) -> int:
     p.add_argument("--pack-weights", default=None, action=argparse.BooleanOptionalAction)
     p.add_argument("--compile", dest="compile", action="store_true", default=None)
     p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--timed", type=int, default=0,
+                   help="then time this many steps unprofiled and print their median")
     p.add_argument("--compare", type=int, default=0,
                    help="with --compile: then time this many eager and compiled steps, "
                         "interleaved")
@@ -142,10 +149,24 @@ def main(argv=None) -> int:
         print(f"| {cat} | {100 * us / whole:.1f}% | {us / 1000 / args.steps:.1f} |")
     print("\ntop ops by self CPU time:")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+    if args.timed:
+        timed(one_step, args)
     if runner.compiled is not None and args.compare:
         compare(runner, one_step, args)
     del torch
     return 0
+
+
+def timed(one_step, args) -> None:
+    """Median wall time of `--timed` steps, no profiler attached."""
+    import statistics
+    times = []
+    for _ in range(args.timed):
+        start = time.perf_counter()
+        one_step()
+        times.append(time.perf_counter() - start)
+    print(f"\nunprofiled, {args.timed} steps: median {statistics.median(times) * 1000:.2f} ms/step "
+          f"(min {min(times) * 1000:.2f})")
 
 
 def compare(runner, one_step, args) -> None:

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import torch
 
-from builtin_engine.kernels.cpu_extension import kernel_sources, load_extension
+from builtin_engine.kernels.cpu_extension import kernel_sources, load_ops
 
 _SOURCES = kernel_sources("cpu_activation.cpp")  # in kernels/csrc/
+OP = "inferplane::cpu_silu_and_mul"  # cpu_silu_and_mul(Tensor x) -> Tensor, in C++
+
+
+def _fake(x):
+    return x.new_empty((x.shape[0], x.shape[1] // 2))
 
 
 def _extension():
-    return load_extension("inferplane_cpu_activation", _SOURCES)
+    return load_ops("inferplane_cpu_activation", _SOURCES, {OP: _fake})
 
 
 def cpu_silu_and_mul_available() -> bool:
@@ -39,12 +44,7 @@ def cpu_silu_and_mul_serves(x: torch.Tensor) -> bool:
             and x.stride(-1) == 1 and cpu_silu_and_mul_available())
 
 
-@torch.library.custom_op("inferplane::cpu_silu_and_mul", mutates_args=())
 def cpu_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """x [T, 2I] = [gate | up], bfloat16 -> bfloat16(silu(gate)) * up, [T, I] (bfloat16)."""
-    return _extension().silu_and_mul(x)
-
-
-@cpu_silu_and_mul.register_fake
-def _(x):
-    return x.new_empty((x.shape[0], x.shape[1] // 2))
+    """x [T, 2I] = [gate | up], bfloat16 -> bfloat16(silu(gate)) * up, [T, I] (bfloat16): the
+    C++ op (defined once `cpu_silu_and_mul_available()` has loaded it; traceable)."""
+    return torch.ops.inferplane.cpu_silu_and_mul(x)

@@ -32,28 +32,24 @@ from __future__ import annotations
 
 import torch
 
-from builtin_engine.kernels.cpu_extension import kernel_sources, load_extension
+from builtin_engine.kernels.cpu_extension import kernel_sources, load_ops
 
 _SOURCES = kernel_sources("cpu_decode_attention.cpp")  # in kernels/csrc/
+OP = "inferplane::cpu_decode_attention"
+# cpu_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables,
+#                      Tensor seq_lens, float scale) -> Tensor   (the C++ registers it)
+# q [B, Hq, D] -> [B, Hq, D]: row i attends to the first seq_lens[i] slots of its
+# block_tables[i] (every row one context token or more).
+
+
+def _fake(q, k_cache, v_cache, block_tables, seq_lens, scale):
+    return torch.empty_like(q)
 
 
 def _extension():
-    return load_extension("inferplane_cpu_decode_attention", _SOURCES)
+    return load_ops("inferplane_cpu_decode_attention", _SOURCES, {OP: _fake})
 
 
 def cpu_decode_attention_available() -> bool:
+    """The kernel built (or loaded) here, and so the op defined."""
     return _extension() is not None
-
-
-@torch.library.custom_op("inferplane::cpu_decode_attention", mutates_args=())
-def cpu_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         block_tables: torch.Tensor, seq_lens: torch.Tensor,
-                         scale: float) -> torch.Tensor:
-    """q [B, Hq, D] -> [B, Hq, D]: row i attends to the first seq_lens[i] slots of its
-    block_tables[i] (every row one context token or more)."""
-    return _extension().decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
-
-
-@cpu_decode_attention.register_fake
-def _(q, k_cache, v_cache, block_tables, seq_lens, scale):
-    return torch.empty_like(q)

@@ -3,10 +3,16 @@
     module = load_extension("inferplane_cpu_decode_attention",
                             kernel_sources("cpu_decode_attention.cpp"))
     if module is not None:                    # None: no compiler, or switched off
-        out = module.decode_attention(...)
+        out = torch.ops.inferplane.cpu_decode_attention(...)   # loading registered it
+    load_ops("inferplane_cpu_decode_attention", sources,
+             {"inferplane::cpu_decode_attention": fake})      # the same, fakes registered
 
-The kernels' C++ lives in kernels/csrc/: one .cpp a kernel, which ends with its pybind11
-bindings, and the headers they share (avx512_helpers.h, prompt_runs.h). The build uses the
+The kernels' C++ lives in kernels/csrc/: one .cpp a kernel, which ends by registering its op
+with torch's dispatcher (TORCH_LIBRARY_FRAGMENT(inferplane): schema and CPU kernel, so a call
+is dispatcher -> C++ with no Python in between; a Python custom op cost ~10 us a call more)
+and a pybind11 module for the helpers Python asks (what the build serves), and the headers
+they share (avx512_helpers.h, prompt_runs.h). The fake (meta) implementations that
+torch.compile traces with are registered from Python once the library is loaded (`load_ops`). The build uses the
 C++ compiler inductor uses (`-O3 -march=native -ffast-math -fopenmp`; about 40 s a kernel)
 into `~/.cache/inferplane/extensions` (INFERPLANE_EXTENSIONS_DIR overrides it). The module
 name hashes the sources and the headers beside them, the torch version and the CPU's flags,
@@ -78,4 +84,19 @@ def load_extension(prefix: str, sources: tuple[str, ...]):
         return None
     logger.info("CPU kernel %s ready in %.1fs (%s)", prefix, time.monotonic() - started,
                 directory)
+    return module
+
+
+@functools.cache
+def _registered(prefix: str, sources: tuple[str, ...], op: str, fake) -> None:
+    torch.library.register_fake(op)(fake)
+
+
+def load_ops(prefix: str, sources: tuple[str, ...], fakes: dict):
+    """`load_extension`, then each op's fake implementation ({"inferplane::name": fn})
+    registered once: the ops exist from here on, or the result is None."""
+    module = load_extension(prefix, sources)
+    if module is not None:
+        for op, fake in fakes.items():
+            _registered(prefix, sources, op, fake)
     return module

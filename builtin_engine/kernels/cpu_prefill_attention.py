@@ -27,17 +27,35 @@ tokens 0.17 ms against SDPA's 0.32, 256 tokens 0.52 against 1.07, 512 tokens 1.9
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from builtin_engine.kernels.cpu_extension import kernel_sources, load_extension
-from builtin_engine.kernels.cpu_prefill_attention_bf16 import (bf16_prefill_attention,
-                                                               bf16_prefill_serves)
+from builtin_engine.kernels.cpu_extension import kernel_sources, load_ops
+from builtin_engine.kernels.cpu_prefill_attention_bf16 import bf16_prefill_engine
 
 _SOURCES = kernel_sources("cpu_prefill_attention.cpp")  # in kernels/csrc/
+OP = "inferplane::cpu_prefill_attention"
+# cpu_prefill_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables,
+#                       Tensor query_starts, Tensor seq_lens, float scale) -> Tensor
+# q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (in
+# bfloat16 products for bfloat16 caches on AVX512-BF16 and AMX CPUs: the C++ hands those to
+# inferplane::cpu_prefill_attention_bf16, kernels/cpu_prefill_attention_bf16.py).
+_ROUTES = {None: 0, "AVX512-BF16 dot products": 1, "AMX tiles": 2}  # csrc's Bf16Route
 
 
+def _fake(q, k_cache, v_cache, block_tables, query_starts, seq_lens, scale):
+    return torch.empty_like(q)
+
+
+@functools.cache
 def _extension():
-    return load_extension("inferplane_cpu_prefill_attention", _SOURCES)
+    module = load_ops("inferplane_cpu_prefill_attention", _SOURCES, {OP: _fake})
+    if module is not None:
+        # The C++ routes by this answer as bf16_prefill_serves does: the vector path for
+        # heads of VECTOR_HEAD_DIMS (32, 64, 128: csrc's takes_bf16), AMX any multiple of 32.
+        module.route_bf16(_ROUTES[bf16_prefill_engine()])
+    return module
 
 
 def cpu_prefill_attention_available() -> bool:
@@ -52,22 +70,3 @@ def cpu_prefill_attention_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
     from builtin_engine.core.device_defaults import cpu_flags
     return (k_cache.device.type == "cpu" and "avx512f" in cpu_flags() and k_cache.shape[1] == 16
             and head_dim in FAST_HEAD_DIMS and cpu_prefill_attention_available())
-
-
-@torch.library.custom_op("inferplane::cpu_prefill_attention", mutates_args=())
-def cpu_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          block_tables: torch.Tensor, query_starts: torch.Tensor,
-                          seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [T, Hq, D] -> [T, Hq, D]: causal attention of each run's rows over its context (in
-    bfloat16 products for bfloat16 caches on AVX512-BF16 and AMX CPUs:
-    kernels/cpu_prefill_attention_bf16.py)."""
-    if q.dtype == k_cache.dtype and bf16_prefill_serves(k_cache, q.shape[-1]):
-        return bf16_prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
-                                      seq_lens, scale)
-    return _extension().prefill_attention(q, k_cache, v_cache, block_tables, query_starts,
-                                          seq_lens, scale)
-
-
-@cpu_prefill_attention.register_fake
-def _(q, k_cache, v_cache, block_tables, query_starts, seq_lens, scale):
-    return torch.empty_like(q)

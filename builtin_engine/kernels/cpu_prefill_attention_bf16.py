@@ -38,17 +38,23 @@ import os
 
 import torch
 
-from builtin_engine.kernels.cpu_extension import kernel_sources, load_extension
+from builtin_engine.kernels.cpu_extension import kernel_sources, load_ops
 
 _SOURCES = kernel_sources("cpu_prefill_attention_bf16.cpp")  # in kernels/csrc/
+OP = "inferplane::cpu_prefill_attention_bf16"  # the C++ registers it: the schema of
+# inferplane::cpu_prefill_attention, which hands bfloat16 inputs here where this serves
 
 
 DISABLE_ENV = "INFERPLANE_BF16_ATTENTION"  # "0" keeps the float32 AVX-512 prompt kernel
 VECTOR_HEAD_DIMS = (32, 64, 128)  # head sizes of the vdpbf16ps path (tiles: any multiple of 32)
 
 
+def _fake(q, k_cache, v_cache, block_tables, query_starts, seq_lens, scale):
+    return torch.empty_like(q)
+
+
 def _extension():
-    return load_extension("inferplane_cpu_prefill_attention_bf16", _SOURCES)
+    return load_ops("inferplane_cpu_prefill_attention_bf16", _SOURCES, {OP: _fake})
 
 
 @functools.cache
@@ -77,7 +83,7 @@ def bf16_prefill_serves(k_cache: torch.Tensor, head_dim: int) -> bool:
 
 def bf16_prefill_attention(q, k_cache, v_cache, block_tables, query_starts, seq_lens,
                            scale: float) -> torch.Tensor:
-    """q [T, Hq, D] bfloat16 -> [T, Hq, D]: causal attention of each run over its context."""
-    with torch.profiler.record_function("inferplane::cpu_prefill_attention_bf16"):
-        return _extension().prefill_attention_bf16(q, k_cache, v_cache, block_tables,
-                                                   query_starts, seq_lens, scale)
+    """q [T, Hq, D] bfloat16 -> [T, Hq, D]: causal attention of each run over its context
+    (the op; `bf16_prefill_engine()` not None first)."""
+    return torch.ops.inferplane.cpu_prefill_attention_bf16(q, k_cache, v_cache, block_tables,
+                                                           query_starts, seq_lens, scale)

@@ -2,7 +2,8 @@
 
     count = pack_model(model, batch_hint=64)    # after load (and quantization): CPU only
     y = linear(x, layer.qkv_proj)               # eager: the packed copy when there is one
-    y = torch.ops.inferplane.packed_linear(x, layer.qkv_proj)   # the same inside torch.compile
+    y = packed_linear(x, layer.qkv_proj)   # the same as an op inside torch.compile
+                                           # (kernels/step_ops.py defines it: C++ or Python)
 
 A float32 or bfloat16 `F.linear` on CPU reorders its weight into the GEMM's blocked layout
 on every call; at decode sizes (16-64 rows against a 576-3072 wide weight) that reorder is a
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 
 _PACKED: dict[int, torch.Tensor] = {}  # dense weight data_ptr -> its oneDNN packed copy
+_native = {"table": None}  # the C++ op's copy of _PACKED and of the row cap (step_ops.cpp)
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -52,19 +54,40 @@ def pack_weight(weight: torch.Tensor, batch_hint: int) -> bool:
         logger.debug("not packing a %s weight: %s", weight.dtype, exc)
         return False
     key = weight.data_ptr()
-    _PACKED[key] = packed
+    remember(key, packed)
     # A freed weight's address is reused by the next allocation: its entry must go with it.
     weakref.finalize(weight, _forget, key, packed)
     return True
 
 
+def remember(key: int, packed: torch.Tensor) -> None:
+    """Register `packed` as the copy of the weight at address `key` (here and in C++)."""
+    _PACKED[key] = packed
+    if _native["table"] is not None:
+        _native["table"].remember(key, packed)
+
+
 def _forget(key: int, packed: torch.Tensor) -> None:
     if _PACKED.get(key) is packed:
         del _PACKED[key]
+    if _native["table"] is not None:
+        _native["table"].forget(key, packed)
 
 
 def unpack_weight(weight: torch.Tensor) -> None:
     _PACKED.pop(weight.data_ptr(), None)
+    if _native["table"] is not None:
+        _native["table"].forget_any(weight.data_ptr())
+
+
+def attach_native_table(module) -> None:
+    """Mirror the table (and the row cap) into the C++ op's from now on (kernels/step_ops.py
+    calls it once it has loaded the extension; None: the op is Python and reads _PACKED)."""
+    _native["table"] = module
+    if module is not None:
+        for key, packed in _PACKED.items():
+            module.remember(key, packed)
+        module.set_row_cap(_row_cap["rows"])
 
 
 def is_packed(weight: torch.Tensor) -> bool:
@@ -94,16 +117,11 @@ def _packed_mm(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
-@torch.library.custom_op("inferplane::packed_linear", mutates_args=())
 def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`linear` as an opaque op: inductor calls it like an extern matmul. (Inductor's own
+    """`linear` as the opaque op `inferplane::packed_linear` (kernels/step_ops.py, defined
+    once `define_step_ops()` has run): inductor calls it like an extern matmul. (Inductor's own
     lowering of `_linear_pointwise` only accepts weights frozen into the graph as constants.)"""
-    return linear(x.contiguous(), weight)
-
-
-@packed_linear.register_fake
-def _(x, weight):
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+    return torch.ops.inferplane.packed_linear(x, weight)
 
 
 def pack_model(model, batch_hint: int, names=("qkv_proj", "o_proj", "gate_up_proj",
@@ -129,6 +147,8 @@ def row_cap() -> tuple[int, str]:
 
 def set_row_cap(rows: int, why: str) -> None:
     _row_cap.update(rows=rows, why=why)
+    if _native["table"] is not None:
+        _native["table"].set_row_cap(rows)
 
 
 def _fastest_ms(fns, repeats: int = 5) -> list[float]:

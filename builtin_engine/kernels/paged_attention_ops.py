@@ -1,6 +1,7 @@
 """Attention pieces the compiled steps trace: the KV store and prefill attention as opaque
 ops, decode attention as plain torch that inductor fuses into loads over the paged cache.
 
+    step_ops.define_step_ops()                               # once, before tracing
     store_kv_op(k, v, k_cache, v_cache, slot_mapping)        # mutates the caches in place
     plan = BlockPlan.build(block_tables, seq_lens, block_size)
     out = paged_decode_attention(q, k_cache, v_cache, plan, scale)     # one query row each
@@ -19,23 +20,15 @@ from typing import NamedTuple
 
 import torch
 
-from builtin_engine.kernels import cpu_decode_attention as _registers_the_op  # noqa: F401
 from builtin_engine.kernels.attention import AttentionMetadata, paged_attention_torch
 from builtin_engine.kernels.cpu_prefill_attention import cpu_prefill_attention_serves
 
 
-@torch.library.custom_op("inferplane::store_kv", mutates_args=("k_cache", "v_cache"))
 def store_kv_op(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """key/value [T, Hk, D] into caches [blocks, block_size, Hk, D] at slot_mapping."""
-    _, _, heads, dim = k_cache.shape
-    k_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(-1, heads, dim).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
-
-
-@store_kv_op.register_fake
-def _(key, value, k_cache, v_cache, slot_mapping) -> None:
-    return None
+    """key/value [T, Hk, D] into caches [blocks, block_size, Hk, D] at slot_mapping: the op
+    `inferplane::store_kv` (kernels/step_ops.py; `define_step_ops()` first)."""
+    torch.ops.inferplane.store_kv(key, value, k_cache, v_cache, slot_mapping)
 
 
 class BlockPlan(NamedTuple):

@@ -51,6 +51,7 @@ from builtin_engine.kernels.packed_linear import packed_linear
 from builtin_engine.kernels.paged_attention_ops import (BlockPlan, decode_attention, pack_long_runs,
                                                         prefill_attention_op, store_kv_op)
 from builtin_engine.kernels.rotary import _rotate as rotary
+from builtin_engine.kernels.step_ops import define_step_ops
 from builtin_engine.models.quantization import Int8Weight
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ class CompiledDecode:
         self.model = model
         self.kv_caches = kv_caches
         self.cache_dir = cache_dir or default_cache_dir()
+        self.step_ops = define_step_ops()  # store_kv, packed_linear: "C++" (or "Python")
         os.makedirs(self.cache_dir, exist_ok=True)
         # Inductor reads it when it compiles. An explicit directory wins; otherwise one the
         # operator exported before start wins over the default.

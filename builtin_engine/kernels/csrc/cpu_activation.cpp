@@ -1,5 +1,6 @@
 // The C++ of kernels/cpu_activation.py (its docstring says what and why); built by
-// kernels/cpu_extension.py. The bindings at the end are those load_inline generated.
+// kernels/cpu_extension.py. The end registers the op with torch's dispatcher (schema and CPU
+// kernel), so a call from Python or a compiled graph reaches the kernel without Python.
 #include "avx512_helpers.h"
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -66,7 +67,10 @@ bool serves() {
 #endif
 }
 
+TORCH_LIBRARY_FRAGMENT(inferplane, m) { m.def("cpu_silu_and_mul(Tensor x) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(inferplane, CPU, m) { m.impl("cpu_silu_and_mul", &silu_and_mul); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("silu_and_mul", torch::wrap_pybind_function(silu_and_mul), "silu_and_mul");
   m.def("serves", torch::wrap_pybind_function(serves), "serves");
 }

@@ -1,5 +1,6 @@
 // The C++ of kernels/cpu_decode_attention.py (its docstring says what and why); built by
-// kernels/cpu_extension.py. The bindings at the end are those load_inline generated.
+// kernels/cpu_extension.py. The end registers the op with torch's dispatcher (schema and CPU
+// kernel), so a call from Python or a compiled graph reaches the kernel without Python.
 #include "avx512_helpers.h"
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -284,6 +285,11 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   return out.to(q.scalar_type());
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_attention", torch::wrap_pybind_function(decode_attention), "decode_attention");
+TORCH_LIBRARY_FRAGMENT(inferplane, m) {
+  m.def("cpu_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor seq_lens, float scale) -> Tensor");
 }
+
+TORCH_LIBRARY_IMPL(inferplane, CPU, m) { m.impl("cpu_decode_attention", &decode_attention); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}  // loading the module registers the op

@@ -1,11 +1,13 @@
 // The C++ of kernels/cpu_prefill_attention.py (its docstring says what and why); built by
-// kernels/cpu_extension.py. The bindings at the end are those load_inline generated.
+// kernels/cpu_extension.py. The end registers the op with torch's dispatcher (schema and CPU
+// kernel), so a call from Python or a compiled graph reaches the kernel without Python.
 #include "avx512_helpers.h"
 #include "prompt_runs.h"
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -190,9 +192,31 @@ static void prefill(const float* q, const T* kc, const T* vc, const int* tables,
   }
 }
 
+// Which bfloat16 inputs go to inferplane::cpu_prefill_attention_bf16 (another extension):
+// none until kernels/cpu_prefill_attention.py has asked bf16_prefill_engine() and set it.
+enum Bf16Route : int { kNoRoute = 0, kVectorHeads = 1, kAnyHead = 2 };  // none, 32/64/128, AMX
+static std::atomic<int> bf16_route{kNoRoute};
+
+void route_bf16(int64_t route) { bf16_route.store(static_cast<int>(route)); }
+
+static bool takes_bf16(const torch::Tensor& q, const torch::Tensor& k_cache) {
+  const int route = bf16_route.load(std::memory_order_relaxed);
+  const int64_t dim = q.size(-1);
+  if (route == kNoRoute || q.scalar_type() != at::kBFloat16 ||
+      k_cache.scalar_type() != at::kBFloat16 || dim % 32)
+    return false;
+  return route == kAnyHead || dim == 32 || dim == 64 || dim == 128;
+}
+
 torch::Tensor prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                 torch::Tensor block_tables, torch::Tensor query_starts,
                                 torch::Tensor seq_lens, double scale) {
+  if (q.dim() == 3 && takes_bf16(q, k_cache)) {
+    static const auto bf16 = c10::Dispatcher::singleton()
+        .findSchemaOrThrow("inferplane::cpu_prefill_attention_bf16", "")
+        .typed<decltype(prefill_attention)>();
+    return bf16.call(q, k_cache, v_cache, block_tables, query_starts, seq_lens, scale);
+  }
   const PromptRuns r = prompt_runs(q, k_cache, v_cache, block_tables, query_starts, seq_lens);
   const int64_t heads = q.size(1), dim = q.size(2);
   const int64_t bs = k_cache.size(1), kv_heads = k_cache.size(2);
@@ -209,6 +233,13 @@ torch::Tensor prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::T
   return out.to(q.scalar_type());
 }
 
+TORCH_LIBRARY_FRAGMENT(inferplane, m) {
+  m.def("cpu_prefill_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor query_starts, Tensor seq_lens, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(inferplane, CPU, m) { m.impl("cpu_prefill_attention", &prefill_attention); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("prefill_attention", torch::wrap_pybind_function(prefill_attention), "prefill_attention");
+  m.def("route_bf16", torch::wrap_pybind_function(route_bf16), "route_bf16");
 }

@@ -1,5 +1,6 @@
 // The C++ of kernels/cpu_prefill_attention_bf16.py (its docstring says what and why); built by
-// kernels/cpu_extension.py. The bindings at the end are those load_inline generated.
+// kernels/cpu_extension.py. The end registers the op with torch's dispatcher (schema and CPU
+// kernel), so a call from Python or a compiled graph reaches the kernel without Python.
 #include "avx512_helpers.h"
 #include "prompt_runs.h"
 #include <ATen/native/CPUBlas.h>
@@ -255,8 +256,15 @@ torch::Tensor prefill_attention_bf16(torch::Tensor q, torch::Tensor k_cache, tor
   return out;
 }
 
+TORCH_LIBRARY_FRAGMENT(inferplane, m) {
+  m.def("cpu_prefill_attention_bf16(Tensor q, Tensor k_cache, Tensor v_cache, "
+        "Tensor block_tables, Tensor query_starts, Tensor seq_lens, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(inferplane, CPU, m) {
+  m.impl("cpu_prefill_attention_bf16", &prefill_attention_bf16);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("prefill_attention_bf16", torch::wrap_pybind_function(prefill_attention_bf16),
-        "prefill_attention_bf16");
   m.def("amx_ready", torch::wrap_pybind_function(amx_ready), "amx_ready");
 }

@@ -21,6 +21,11 @@ def _check(case, dtype):
     torch.testing.assert_close(out.float(), expected.float(), atol=TOL[dtype], rtol=TOL[dtype])
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _the_op_is_defined():
+    cpu_decode_attention_available()  # loading the extension defines the op
+
+
 def test_the_kernel_builds_here():
     assert cpu_decode_attention_available()
 

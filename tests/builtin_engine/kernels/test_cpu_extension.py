@@ -44,3 +44,33 @@ def test_a_source_that_does_not_compile_gives_none(tmp_path, monkeypatch, caplog
         module = load_extension("inferplane_test_broken", sources)
     assert module is None
     assert "unavailable" in caplog.text and "using the torch path" in caplog.text
+
+
+def _ops() -> dict[str, str]:
+    """Each op the kernels define in C++ -> the dispatch key its C++ kernel is under (loading
+    each extension defines its ops)."""
+    from builtin_engine.kernels.cpu_activation import cpu_silu_and_mul_available
+    from builtin_engine.kernels.cpu_decode_attention import cpu_decode_attention_available
+    from builtin_engine.kernels.cpu_prefill_attention import cpu_prefill_attention_available
+    from builtin_engine.kernels.step_ops import define_step_ops
+    assert cpu_decode_attention_available() and cpu_prefill_attention_available()
+    assert define_step_ops() == "C++"
+    cpu_silu_and_mul_available()  # built on every CPU; it serves only with AVX512-BF16
+    return {"cpu_decode_attention": "CPU", "cpu_prefill_attention": "CPU",
+            "cpu_silu_and_mul": "CPU", "store_kv": "CompositeExplicitAutograd[alias]",
+            "packed_linear": "CompositeExplicitAutograd[alias]"}
+
+
+def test_the_ops_are_defined_and_implemented_in_cpp():
+    """Schema and kernel registered from the C++ (TORCH_LIBRARY), so a call goes dispatcher ->
+    C++: no Python kernel under any key but the fake (Meta) one."""
+    import torch
+    for name, key in _ops().items():
+        dump = torch._C._dispatch_dump(f"inferplane::{name}").splitlines()
+        lines = {line.split(":")[0]: line for line in dump}
+        assert "csrc/" in lines["debug"] and ".cpp" in lines["debug"], dump  # the schema
+        assert "csrc/" in lines[key] and "unboxed" in lines[key], dump
+        python = [line for line in dump if ".py:" in line and not line.startswith("Meta:")]
+        assert not python, python
+        if key == "CPU":
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"inferplane::{name}", "CPU")

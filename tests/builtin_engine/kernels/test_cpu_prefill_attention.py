@@ -21,6 +21,11 @@ def _kernel(case, scale):
         case.q, case.k_cache, case.v_cache, m.block_tables, m.query_start_loc, m.seq_lens, scale)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _the_op_is_defined():
+    cpu_prefill_attention_available()  # loading the extension defines the op
+
+
 def test_the_kernel_builds_here():
     assert cpu_prefill_attention_available()
 

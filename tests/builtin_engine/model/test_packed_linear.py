@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from builtin_engine.core.config import EngineConfig
 from builtin_engine.kernels import packed_linear as pl
+from builtin_engine.kernels.step_ops import define_step_ops
 from builtin_engine.loader import load_model
 
 pytestmark = pytest.mark.skipif(not pl.packing_available(), reason="torch built without oneDNN")
@@ -55,6 +56,7 @@ def test_unpackable_weights_are_left_to_f_linear():
 
 
 def test_the_op_inside_a_compiled_graph_uses_the_packed_copy():
+    define_step_ops()  # the op (C++ where a compiler works)
     weight = torch.randn(256, 128)
     pl.pack_weight(weight, batch_hint=8)
     try:
@@ -68,8 +70,8 @@ def test_the_op_inside_a_compiled_graph_uses_the_packed_copy():
                 want = F.linear(x * 2.0, weight).relu()
                 torch.testing.assert_close(compiled(x, weight), want, rtol=1e-4, atol=1e-4)
         # A packed copy that differs from the weight shows the graph really reads it.
-        pl._PACKED[weight.data_ptr()] = torch.ops.mkldnn._reorder_linear_weight(
-            torch.zeros_like(weight), 8)
+        pl.remember(weight.data_ptr(), torch.ops.mkldnn._reorder_linear_weight(
+            torch.zeros_like(weight), 8))
         with torch.inference_mode():
             assert compiled(torch.randn(7, 128), weight).abs().max().item() == 0.0
     finally:
