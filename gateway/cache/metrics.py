@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-RESULTS = ("hit", "semantic_hit", "miss", "bypass")
 
 
 class CacheMetrics:

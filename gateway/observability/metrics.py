@@ -48,6 +48,7 @@ TOKEN_KINDS = ("prompt", "completion")
 REJECTION_REASONS = ("rate_limit", "too_large", "budget", "unavailable", "queue_full",
                      "queue_timeout", "no_backend", "cold_start_timeout")
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "dropped")
+CACHE_RESULTS = ("hit", "semantic_hit", "miss", "bypass")   # of a response cache lookup
 
 
 def multiprocess_dir() -> str | None:
@@ -258,6 +259,8 @@ class GatewayMetrics:
             self.queue_wait.labels(name, priority)
         for reason in REJECTION_REASONS:
             self.rejections.labels(name, reason)
+        for result in CACHE_RESULTS:
+            self.cache_requests.labels(name, result)
         for kind in UpstreamErrorKind:
             self.stream_resumes.labels(name, kind)
         for team in teams:

@@ -60,6 +60,11 @@ def build_metrics(registry: CollectorRegistry) -> dict:
         "rollout_step": gauge(Metric.ROLLOUT_STEP_STARTED,
                               ["model", "rollout"]),
         "budget": gauge(Metric.SLO_ERROR_BUDGET_REMAINING, ["model", "slo"]),
+        "cache": counter(Metric.CACHE_REQUESTS, ["model", "result"]),
+        "cache_lookup": histogram(Metric.CACHE_LOOKUP_DURATION, ["kind"],
+                                  buckets=(0.0005, 0.001, 0.005, 0.025, 0.1)),
+        "cache_entries": gauge(Metric.CACHE_ENTRIES, ["kind"]),
+        "guardrail": counter(Metric.GUARDRAIL_ACTIONS, ["model", "rule", "action", "direction"]),
     }
 
 
@@ -80,6 +85,10 @@ def one_request(m: dict, rng: random.Random) -> None:
     m["spend"].labels(model, "search").inc(0.0004)
     m["shadow"].labels(model, "v2", "ok").inc()
     m["similarity"].labels(model).observe(rng.uniform(0.85, 1.0))
+    m["cache"].labels(model, rng.choice(("hit", "semantic_hit", "miss", "bypass"))).inc()
+    m["cache_lookup"].labels(rng.choice(("exact", "semantic"))).observe(rng.uniform(0.0, 0.05))
+    if rng.random() < 0.1:
+        m["guardrail"].labels(model, "email", "mask", "input").inc()
     if code != "200":
         m["upstream_errors"].labels(model, backend, "http_5xx").inc()
         m["retries"].labels(model).inc()
@@ -99,6 +108,8 @@ def set_gauges(m: dict, rng: random.Random, started: float) -> None:
             m["healthy"].labels(model, backend).set(1)
             m["inflight"].labels(model, backend).set(rng.randint(0, 8))
             m["hit_estimate"].labels(model, backend).set(rng.uniform(0.2, 0.7))
+    for kind in ("exact", "semantic"):
+        m["cache_entries"].labels(kind).set(rng.randint(0, 100))
     for backend in BACKENDS:
         m["breaker"].labels(backend).set(0)
 

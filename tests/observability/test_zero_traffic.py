@@ -18,11 +18,12 @@ from tests.observability.metric_names import (is_exported, names_from_exposition
                                               names_with_samples, referenced_metrics)
 
 MODEL = "smollm2-135m-instruct"
-# One series per rollout or per SLO: none exist on a fresh install, so these families are
-# declared without samples. The rules read them directly (no rate()): no series = no rollout,
-# no objective. The last test shows a budget's series appearing as soon as its SLO exists.
+# One series per rollout, per SLO or per guardrail rule that matched: none exist on a fresh
+# install, so these families are declared without samples. The rules read rollouts and SLOs
+# directly (no rate()): no series = no rollout, no objective. The last test shows a budget's
+# series appearing as soon as its SLO exists.
 PER_OBJECT = {Metric.ROLLOUT_STATE, Metric.ROLLOUT_STEP_STARTED,
-              Metric.SLO_ERROR_BUDGET_REMAINING}
+              Metric.SLO_ERROR_BUDGET_REMAINING, Metric.GUARDRAIL_ACTIONS.total}
 
 
 @pytest.fixture(scope="module")
