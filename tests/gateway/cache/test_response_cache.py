@@ -4,6 +4,7 @@ SDK), tenants and versions never share answers, cache-control is obeyed, and wit
 gateways share their entries."""
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import replace
 
@@ -25,6 +26,15 @@ def cached_model(engine, name="m", **policy):
 def ask(client, name="m", **extra):
     return client.post("/v1/chat/completions",
                        json=chat_body(name, **{"temperature": 0, "max_tokens": 4, **extra}))
+
+
+def wait_until_kept(gw, timeout: float = 10.0) -> None:
+    """A miss's answer is stored off the request path: with Redis, the client can have the
+    response before the write is done. Wait for the gateway's pending writes."""
+    deadline = time.monotonic() + timeout
+    while gw.state.cache.pending:
+        assert time.monotonic() < deadline, "the answer was never stored"
+        time.sleep(0.01)
 
 
 def usage_of(gw) -> list:
@@ -159,6 +169,7 @@ def test_gateways_share_entries_through_redis(engines, make_gateway):
     two = make_gateway(models, redis_url=REDIS_URL)
     with one.client() as a, two.client() as b:
         assert ask(a, name).headers[HEADER] == "miss"
+        wait_until_kept(one)
         reply = ask(b, name)
         assert reply.headers[HEADER] == "hit", reply.text
     assert engines[0].stats()["requests"] == 1
