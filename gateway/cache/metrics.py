@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 
-
 class CacheMetrics:
     __slots__ = ("entries", "lookup", "requests")
 

@@ -14,6 +14,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from common.metric_names import Metric
+from gateway.observability.metrics import CACHE_RESULTS
 
 MODELS = ("smollm2", "llama")
 VERSIONS = ("v1", "v2")
@@ -85,7 +86,7 @@ def one_request(m: dict, rng: random.Random) -> None:
     m["spend"].labels(model, "search").inc(0.0004)
     m["shadow"].labels(model, "v2", "ok").inc()
     m["similarity"].labels(model).observe(rng.uniform(0.85, 1.0))
-    m["cache"].labels(model, rng.choice(("hit", "semantic_hit", "miss", "bypass"))).inc()
+    m["cache"].labels(model, rng.choice(CACHE_RESULTS)).inc()
     m["cache_lookup"].labels(rng.choice(("exact", "semantic"))).observe(rng.uniform(0.0, 0.05))
     if rng.random() < 0.1:
         m["guardrail"].labels(model, "email", "mask", "input").inc()
