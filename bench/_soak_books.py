@@ -89,6 +89,7 @@ def balance(counters: Counters, db: DatabaseBooks, answered: set[str], cut: set[
         "counter_requests": counters.requests, "log_rows": db.log_rows,
         "usage_requests": db.usage_requests, "counter_spend_usd": counters.spend_usd,
         "usage_spend_usd": db.usage_spend_usd, "log_spend_usd": db.log_spend_usd,
+        "log_duplicates": db.log_rows - len(db.log_ids),
         "answered": len(answered), "answered_missing_from_log": len(missing),
         "missing_ids": missing[:50], "cut_by_worker_kill": len(cut),
         "cut_found_in_log": len(cut & db.log_ids),

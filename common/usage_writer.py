@@ -17,7 +17,9 @@ batch, after `max_attempts` tries: the process is stopping and has nowhere to ke
 With a `spool` (common.usage_spool.UsageSpool) every record is also appended to a file
 before it is queued, and a segment goes only once all its records are written: a process
 killed outright loses nothing, and one that gave up on a batch at `close` leaves it there.
-`start` adopts the segments of processes that died and writes them first.
+`start` adopts the segments of processes that died and writes them first, through
+`replay_sink` where one is given: a dead process may have written some of them already (it
+died after its write and before it released the segment), and that sink skips those.
 """
 from __future__ import annotations
 
@@ -38,10 +40,12 @@ class UsageWriter(Generic[R]):
     """Batches any record type (the gateway's UsageRecord) towards one sink."""
 
     def __init__(self, sink: Sink, flush_interval_ms: int = 500, max_batch: int = 200,
-                 max_queue: int = 100_000, max_attempts: int = 3, spool=None) -> None:
+                 max_queue: int = 100_000, max_attempts: int = 3, spool=None,
+                 replay_sink: Sink | None = None) -> None:
         if flush_interval_ms <= 0 or max_batch < 1 or max_queue < max_batch:
             raise ValueError("need flush_interval_ms > 0, max_batch >= 1, max_queue >= max_batch")
         self.sink = sink
+        self.replay_sink = replay_sink or sink
         self.flush_interval_s = flush_interval_ms / 1000
         self.max_batch = max_batch
         self.max_queue = max_queue
@@ -58,6 +62,7 @@ class UsageWriter(Generic[R]):
         self.spool = spool
         # sealed spool segments, each released once `written` reaches its number
         self._sealed: list[tuple[int, list]] = []
+        self._replaying = 0           # adopted records at the head of the queue
 
     @property
     def pending(self) -> int:
@@ -112,16 +117,20 @@ class UsageWriter(Generic[R]):
             await self.flush()
 
     async def _write_batch(self) -> bool:
-        batch = [self._queue[i] for i in range(min(self.max_batch, len(self._queue)))]
+        # Adopted records go in batches of their own, to the sink that skips written ones.
+        size = min(self.max_batch, len(self._queue), self._replaying or self.max_batch)
+        batch = [self._queue[i] for i in range(size)]
+        sink = self.replay_sink if self._replaying else self.sink
         try:
-            if inspect.iscoroutinefunction(self.sink):
-                await self.sink(batch)
+            if inspect.iscoroutinefunction(sink):
+                await sink(batch)
             else:
-                result = await asyncio.to_thread(self.sink, batch)
+                result = await asyncio.to_thread(sink, batch)
                 if inspect.isawaitable(result):
                     await result
         except Exception:
             return self._batch_failed(len(batch))
+        self._replaying = max(0, self._replaying - len(batch))
         for _ in batch:
             self._queue.popleft()
         if self._attempts:
@@ -146,6 +155,7 @@ class UsageWriter(Generic[R]):
         """A dead process's records go first, ahead of anything this one queues."""
         for path, records in self.spool.adopt_orphans():
             self._queue.extend(records)
+            self._replaying += len(records)
             self._sealed.append((self.written + len(self._queue), [path]))
             log.warning("usage spool: %d records of a process that died are written again "
                         "(%s)", len(records), path.name)
@@ -158,6 +168,7 @@ class UsageWriter(Generic[R]):
         if self._closed and self._attempts >= self.max_attempts:
             for _ in range(size):
                 self._queue.popleft()
+            self._replaying = max(0, self._replaying - size)
             self.dropped += size
             self._attempts = 0
         return False

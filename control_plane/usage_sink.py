@@ -14,7 +14,7 @@ from common.usage_writer import UsageWriter
 from registry.access_queries import UsageRecord, record_usage
 from control_plane.body_log_sink import BODY_RETENTION_S, body_rows
 from registry.guardrails import append_bodies, prune_bodies
-from registry.request_log import append_requests, prune_requests
+from registry.request_log import append_requests, logged_requests, naive_utc, prune_requests
 from registry.usage_rollup import add_to_rollups
 
 BUCKET_S = 60
@@ -75,12 +75,14 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
     """`spool`: a common.usage_spool.UsageSpool keeping records on disk until written."""
     pruned_at: float | None = None
 
-    def sink(batch: list[GatewayUsage]) -> None:
+    def write(batch: list[GatewayUsage], replayed: bool) -> None:
         nonlocal pruned_at
-        buckets = aggregate(batch)
         now = clock()
         prune = pruned_at is None or now - pruned_at >= PRUNE_EVERY_S
         with sessions.begin() as session:
+            if replayed:
+                batch = not_yet_logged(session, batch)
+            buckets = aggregate(batch)
             record_usage(session, buckets)
             add_to_rollups(session, buckets)
             append_requests(session, request_rows(batch))
@@ -92,4 +94,23 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
                              - timedelta(seconds=body_retention_s))
         if prune:   # only once the transaction holding it committed
             pruned_at = now
-    return UsageWriter(sink, max_batch=MAX_BATCH, spool=spool)
+
+    return UsageWriter(lambda batch: write(batch, False), max_batch=MAX_BATCH, spool=spool,
+                       replay_sink=lambda batch: write(batch, True))
+
+
+def not_yet_logged(session, records: list[GatewayUsage]) -> list[GatewayUsage]:
+    """The records of a dead process whose request-log row is not there yet: the process may
+    have died after its transaction committed and before it released the spool segment, and
+    writing those again would count their requests and spend twice."""
+    if not records:
+        return records
+    when = [_utc(r.created_at) for r in records]
+    logged = logged_requests(session, list({r.request_id[:64] for r in records}),
+                             min(when), max(when))
+    return [r for r, at in zip(records, when) if (r.request_id[:64], at) not in logged]
+
+
+def _utc(ts: float) -> datetime:
+    """created_at as the request log gives it back (naive UTC)."""
+    return naive_utc(datetime.fromtimestamp(ts, tz=timezone.utc))

@@ -15,6 +15,7 @@ import pytest
 from common.usage_record import RequestBodies, UsageRecord
 from common.usage_spool import UsageSpool, read_segment
 from common.usage_writer import UsageWriter
+from tests.common.processes import dead_pid
 
 
 def record(i: int) -> UsageRecord:
@@ -22,12 +23,6 @@ def record(i: int) -> UsageRecord:
                        backend="b", prompt_tokens=i, completion_tokens=2 * i, cost_usd=0.5)
 
 
-def dead_pid() -> int:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return pid
 
 
 def killed_writer(spool_dir: Path, n: int) -> None:
@@ -79,6 +74,20 @@ async def test_records_of_a_killed_process_are_written_by_the_next_one(tmp_path)
     assert sorted(r.request_id for r in written) == sorted(
         [f"r{i}" for i in range(25)] + ["r100"])
     assert list(tmp_path.glob("*.jsonl")) == []            # all in the sink: nothing kept
+
+
+async def test_adopted_records_go_to_the_replay_sink_in_batches_of_their_own(tmp_path):
+    killed_writer(tmp_path, 5)
+    fresh: list[list[str]] = []
+    replayed: list[list[str]] = []
+    writer = UsageWriter(lambda b: fresh.append([r.request_id for r in b]), max_batch=3,
+                         flush_interval_ms=50, spool=UsageSpool(tmp_path),
+                         replay_sink=lambda b: replayed.append([r.request_id for r in b]))
+    await writer.start()
+    writer.record(record(100))
+    await writer.close()
+    assert replayed == [["r0", "r1", "r2"], ["r3", "r4"]]   # never mixed with r100
+    assert fresh == [["r100"]]
 
 
 async def test_two_survivors_adopt_a_segment_once(tmp_path):

@@ -1,17 +1,22 @@
 """The SQL usage sink: every record reaches the request log and the usage buckets, records
-older than the retention are pruned, and the prune runs at most once a minute (not per batch)."""
+older than the retention are pruned, the prune runs at most once a minute (not per batch), and
+a dead process's spooled records that it had written already are not written twice."""
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 
 from sqlalchemy import func, select
 
 from common.usage_record import UsageRecord
+from common.usage_spool import UsageSpool
 from control_plane.usage_sink import MAX_BATCH, PRUNE_EVERY_S, sql_usage_writer
 from registry.migrate import upgrade
 from registry.db import make_session_factory
 from registry.orm.request_log import RequestLog
 from registry.orm.usage import Usage
+from tests.common.processes import dead_pid
 
 DAY_S = 24 * 3600
 
@@ -42,4 +47,33 @@ def test_records_are_kept_and_the_old_pruned_once_a_minute(sqlite_url):
     now[0] += PRUNE_EVERY_S
     writer.sink([rec(3)])                            # a minute on: pruned again
     assert counts(sessions) == (2, 4)
+    sessions.kw["bind"].dispose()
+
+
+def test_a_dead_process_written_records_are_not_written_again(any_url, tmp_path):
+    """A process commits its batch and is killed before it releases the spool segment: the
+    process that adopts the segment writes only what is not in the request log yet. A later
+    request that reuses a request id (clients choose x-request-id) is still written."""
+    upgrade(any_url, progress=None)
+    sessions = make_session_factory(any_url)
+    written = [rec(i) for i in range(3)]
+    reused = dataclasses.replace(written[0], created_at=written[0].created_at + 1.5)
+    sql_usage_writer(sessions).sink(written)        # the dead process's committed write
+    segment = tmp_path / f"{dead_pid()}-0.jsonl"    # ...and its spool, not yet released
+    spool = UsageSpool(tmp_path)
+    for record in [*written, rec(3), reused]:
+        spool.append(record)
+    spool.seal()[0].rename(segment)
+
+    async def adopt() -> None:
+        writer = sql_usage_writer(sessions, spool=UsageSpool(tmp_path))
+        await writer.start()
+        await writer.close()
+
+    asyncio.run(adopt())
+    assert counts(sessions) == (5, 5)               # r0 r1 r2 r3 and the reused r0: once each
+    with sessions() as s:
+        ids = sorted(s.scalars(select(RequestLog.request_id)))
+    assert ids == ["r0", "r0", "r1", "r2", "r3"]
+    assert list(tmp_path.glob("*.jsonl")) == []
     sessions.kw["bind"].dispose()
