@@ -10,9 +10,10 @@ the OOM killer) loses none of the requests it already answered.
 
 Segments are `<dir>/<pid>-<n>.jsonl`, one JSON record per line. A process adopts a dead
 process's segments by renaming them to its own name first (one rename wins), so two
-survivors never write the same records twice. What is not guarded: a process killed between
-its SQL commit and the unlink of the segment leaves records that are written again (a window
-of microseconds against one of up to a flush interval without the spool).
+survivors never write the same records twice. A process killed between its SQL commit and
+the unlink of the segment leaves records that are in SQL already: the writer hands adopted
+records to its `replay_sink`, and the SQL one (control_plane.usage_sink) skips those whose
+request-log row is there.
 """
 from __future__ import annotations
 
