@@ -22,6 +22,8 @@ def log_lines():
     """Configure JSON logging into a buffer; return a reader of the parsed lines."""
     root = logging.getLogger()
     saved_level = root.level
+    saved_switches = (logging._srcfile, logging.logThreads, logging.logProcesses,
+                      logging.logMultiprocessing)
     stream = io.StringIO()
     handlers = []
 
@@ -37,6 +39,8 @@ def log_lines():
     for handler in handlers:
         root.removeHandler(handler)
     root.setLevel(saved_level)
+    (logging._srcfile, logging.logThreads, logging.logProcesses,
+     logging.logMultiprocessing) = saved_switches
 
 
 def test_record_is_one_json_line_with_context_fields(log_lines):
@@ -169,3 +173,22 @@ def test_a_forked_worker_writes_its_lines_without_exiting_cleanly(tmp_path):
             handler.close()
     assert [json.loads(line)["msg"] for line in path.read_text().splitlines()] == \
         ["from the worker"]
+
+
+def test_records_skip_the_fields_no_line_carries(log_lines):
+    """No stack walk, thread or process lookup per record (one per request on the gateway)."""
+    configure, lines = log_lines
+    configure()
+    seen = []
+    probe = logging.Handler()
+    probe.emit = seen.append
+    LOGGER.addHandler(probe)
+    try:
+        LOGGER.info("request finished", extra={"request_id": "r1", "status": 200})
+    finally:
+        LOGGER.removeHandler(probe)
+    record = seen[0]
+    assert (record.lineno, record.thread, record.process, record.processName) == (
+        0, None, None, None)
+    assert {k: lines()[-1][k] for k in ("msg", "request_id", "status")} == {
+        "msg": "request finished", "request_id": "r1", "status": 200}
