@@ -70,6 +70,46 @@ def _refusal(status: str, body: bytes) -> bytes:
             f"content-length: {len(body)}\r\n\r\n").encode() + body
 
 
+class HeadWithFirstBody:
+    """The transport one uvicorn response cycle writes to. uvicorn writes a response's status
+    line and headers, then its body, in two sends: on loopback each send is a TCP segment and
+    a wake-up of the client. The head is held until the first body write of the same loop
+    turn, so a whole JSON answer leaves in one send; a head with no body in that turn (an
+    event stream waiting for its first event) goes out when the turn ends. `100 Continue` is
+    never held: the client waits for it before it sends the body.
+
+        cycle.transport = HeadWithFirstBody(protocol.transport, loop)
+    """
+    __slots__ = ("_transport", "_loop", "_head", "_started")
+
+    def __init__(self, transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop = transport, loop
+        self._head: bytes | None = None
+        self._started = False
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif not self._started and not data.startswith(b"HTTP/1.1 100 "):
+            self._started, self._head = True, data
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str):   # is_closing, get_extra_info, pause_reading, ...
+        return getattr(self._transport, name)
+
+
 def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with a header timeout and a connection cap."""
     refused = _Throttled("refused a connection: %d connections are open (max_connections)")
@@ -114,6 +154,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             self._disarm_header_timer()
             super().on_headers_complete()
+            # the cycle's task starts on a later loop turn: nothing was written through it yet
+            if self.cycle is not None:
+                self.cycle.transport = HeadWithFirstBody(self.transport, self.loop)
 
         def connection_lost(self, exc) -> None:
             self._disarm_header_timer()

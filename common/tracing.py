@@ -143,6 +143,18 @@ def unrecorded_server_span(headers: Mapping[str, str]) -> trace.NonRecordingSpan
                                                     is_remote=False, trace_flags=flags))
 
 
+def unrecorded_child_span() -> trace.NonRecordingSpan:
+    """A span id of its own under the current span's trace, for when no exporter would record
+    a child span (what the SDK tracer makes then costs a span object, a sampler call and the
+    attribute copies): engine requests still carry a traceparent of the request's trace."""
+    parent = trace.get_current_span().get_span_context()
+    if not parent.is_valid:
+        return trace.INVALID_SPAN
+    return trace.NonRecordingSpan(trace.SpanContext(parent.trace_id, random.getrandbits(64) or 1,
+                                                    is_remote=False,
+                                                    trace_flags=parent.trace_flags))
+
+
 def extract_context(headers: Mapping[str, str]) -> otel_context.Context:
     """The remote parent carried by an incoming request's traceparent/tracestate."""
     return _PROPAGATOR.extract(headers, getter=_GETTER)

@@ -2,7 +2,10 @@
 or full answer) and, for streams, `gateway.stream` (first event → last byte relayed).
 
 The upstream span is made current while the adapter sends, so the httpx hook writes its
-traceparent into the engine request and the engine's spans hang under it.
+traceparent into the engine request and the engine's spans hang under it. With no exporter
+(common.tracing.spans_exported) nothing would record these spans: the upstream span is then
+only a span id under the request's trace (the engine's traceparent still names it) and the
+first-token and stream spans are not made.
 """
 from __future__ import annotations
 
@@ -11,26 +14,34 @@ from contextlib import contextmanager
 from opentelemetry import trace
 
 from common.metric_names import NO_VERSION
-from common.tracing import get_tracer
+from common.tracing import get_tracer, spans_exported, unrecorded_child_span
 
 
 class UpstreamTrace:
     def __init__(self, backend, attempt: int):
-        tracer = get_tracer()
-        self.span = tracer.start_span("gateway.upstream", attributes={
-            "inferplane.backend": backend.id, "inferplane.engine": backend.engine,
-            "inferplane.version": backend.version or NO_VERSION, "inferplane.attempt": attempt})
+        self._recording = spans_exported()
         self._stream: trace.Span | None = None
         self._ended = False
+        if not self._recording:
+            self.span = unrecorded_child_span()
+            return
+        self.span = get_tracer().start_span("gateway.upstream", attributes={
+            "inferplane.backend": backend.id, "inferplane.engine": backend.engine,
+            "inferplane.version": backend.version or NO_VERSION, "inferplane.attempt": attempt})
 
     @contextmanager
     def sending(self):
         """Current while waiting for the first token: engine requests carry this trace."""
         with trace.use_span(self.span, end_on_exit=False):
+            if not self._recording:
+                yield
+                return
             with get_tracer().start_as_current_span("gateway.first_token"):
                 yield
 
     def streaming(self) -> None:
+        if not self._recording:
+            return
         self.span.add_event("first_token")
         ctx = trace.set_span_in_context(self.span)
         self._stream = get_tracer().start_span("gateway.stream", context=ctx)

@@ -3,6 +3,7 @@ closed after the header timeout while normal requests and /healthz are still ser
 connection past the cap is refused with a 503, bodies are bounded (413) and timed (408)."""
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 import time
@@ -10,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from common.connections import HeadWithFirstBody
 from tests.conftest import running_up
 
 HEADER_TIMEOUT_S = 3.0
@@ -186,3 +188,67 @@ def test_worker_sockets_share_a_burst_and_refuse_a_taken_port():
             listen_sockets("127.0.0.1", port, 3)
     finally:
         plain.close()
+
+
+class _Recording:
+    """A transport that keeps what is written to it."""
+
+    def __init__(self):
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+
+async def test_a_head_and_its_body_leave_in_one_write():
+    loop = asyncio.get_running_loop()
+    answer, stream, continued = _Recording(), _Recording(), _Recording()
+    HeadWithFirstBody(answer, loop).write(b"HTTP/1.1 200 OK\r\n\r\n")
+    answer_via = HeadWithFirstBody(answer, loop)
+    answer_via.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    answer_via.write(b"{}")
+    assert answer.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+    assert answer_via.get_extra_info("peername") == ("127.0.0.1", 1)
+
+    via = HeadWithFirstBody(stream, loop)        # an event stream: no body in this turn
+    via.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    assert stream.writes == []
+    await asyncio.sleep(0)                       # the turn ends: the head goes alone
+    assert stream.writes == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+    via.write(b"5\r\nhello\r\n")
+    assert len(stream.writes) == 2
+
+    via = HeadWithFirstBody(continued, loop)     # the client waits for 100 Continue
+    via.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert continued.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    via.write(b"HTTP/1.1 413 Payload Too Large\r\n\r\n")
+    via.close()                                  # a held head is written before the close
+    assert continued.writes[-1].startswith(b"HTTP/1.1 413") and continued.closed
+
+
+def test_a_client_waiting_for_100_continue_gets_it_and_then_its_answer(up):
+    base, key, _ = up
+    body = b'{"model": "none", "messages": [{"role": "user", "content": "hi"}]}'
+    with _connect(base) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                     b"authorization: Bearer " + key.encode() + b"\r\n"
+                     b"content-type: application/json\r\nexpect: 100-continue\r\n"
+                     b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, answer = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404") and b'"model_not_found"' in answer, data[:300]
