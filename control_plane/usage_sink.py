@@ -52,9 +52,10 @@ def aggregate(records: list[GatewayUsage]) -> list[UsageRecord]:
         acc[3] += rec.completion_tokens
         acc[4] += rec.cost_usd
         acc[5] += rec.cache == "hit"
-    return [UsageRecord(bucket_start=datetime.fromtimestamp(b, tz=timezone.utc), key_id=k, team=t, model=m, requests=int(a[0]),
-                        errors=int(a[1]), prompt_tokens=int(a[2]), completion_tokens=int(a[3]),
-                        cost=a[4], cache_hits=int(a[5]))
+    return [UsageRecord(bucket_start=datetime.fromtimestamp(b, tz=timezone.utc), key_id=k,
+                        team=t, model=m, requests=int(a[0]), errors=int(a[1]),
+                        prompt_tokens=int(a[2]), completion_tokens=int(a[3]), cost=a[4],
+                        cache_hits=int(a[5]))
             for (b, k, t, m), a in sorted(sums.items(), key=_lock_order)]
 
 
@@ -104,12 +105,7 @@ def not_yet_logged(session, records: list[GatewayUsage]) -> list[GatewayUsage]:
     writing those again would count their requests and spend twice."""
     if not records:
         return records
-    when = [_utc(r.created_at) for r in records]
+    when = [datetime.fromtimestamp(r.created_at, tz=timezone.utc) for r in records]
     logged = logged_requests(session, list({r.request_id[:64] for r in records}),
                              min(when), max(when))
-    return [r for r, at in zip(records, when) if (r.request_id[:64], at) not in logged]
-
-
-def _utc(ts: float) -> datetime:
-    """created_at as the request log gives it back (naive UTC)."""
-    return naive_utc(datetime.fromtimestamp(ts, tz=timezone.utc))
+    return [r for r, at in zip(records, when) if (r.request_id[:64], naive_utc(at)) not in logged]

@@ -23,8 +23,9 @@ from registry.orm.request_log import RequestLog
 REQUEST_COLUMNS = ("created_at", "request_id", "trace_id", "key_id", "team", "model",
                    "version", "backend", "status", "http_status", "stream", "prompt_tokens",
                    "completion_tokens", "cost", "latency_ms", "ttft_ms", "cache")
-_INSERT = (f"INSERT INTO request_log ({', '.join(REQUEST_COLUMNS)}) VALUES "
-           f"({{}})")
+_INSERT = f"INSERT INTO request_log ({', '.join(REQUEST_COLUMNS)}) VALUES ({{}})"
+_INSERTS = {style: _INSERT.format(", ".join([mark] * len(REQUEST_COLUMNS)))
+            for style, mark in (("qmark", "?"), ("format", "%s"))}
 # How SQLAlchemy's SQLite DATETIME stores a value (registry.orm reads it back through it).
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -37,18 +38,17 @@ def append_requests(session: Session, rows: list[tuple[Any, ...]]) -> None:
         return
     conn = session.connection()
     if conn.dialect.name == "sqlite":
-        marks = "?"
         rows = [(row[0].strftime(_SQLITE_TIME),) + row[1:] for row in rows]
-    else:
-        marks = "%s"
-    conn.exec_driver_sql(_INSERT.format(", ".join([marks] * len(REQUEST_COLUMNS))), rows)
+        conn.exec_driver_sql(_INSERTS["qmark"], rows)
+    else:   # psycopg takes %s placeholders whatever SQLAlchemy's paramstyle says
+        conn.exec_driver_sql(_INSERTS["format"], rows)
 
 
 def logged_requests(session: Session, request_ids: list[str], earliest: datetime,
                     latest: datetime) -> set[tuple[str, datetime]]:
     """(request_id, created_at) of the rows among `request_ids` created between `earliest`
-    and `latest` (inclusive), created_at as naive UTC: PostgreSQL gives it back aware,
-    SQLite naive."""
+    and `latest` (inclusive; aware UTC datetimes), created_at as naive UTC: PostgreSQL gives
+    it back aware, SQLite naive."""
     rows = session.execute(select(RequestLog.request_id, RequestLog.created_at).where(
         RequestLog.request_id.in_(request_ids), RequestLog.created_at >= earliest,
         RequestLog.created_at <= latest))
