@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from datetime import timezone
 
 from sqlalchemy import func, select
 
 from common.usage_record import UsageRecord
 from common.usage_spool import UsageSpool
 from control_plane.usage_sink import MAX_BATCH, PRUNE_EVERY_S, sql_usage_writer
+from registry.request_log import ROWS_PER_INSERT
 from registry.migrate import upgrade
 from registry.db import make_session_factory
 from registry.orm.request_log import RequestLog
@@ -76,4 +78,23 @@ def test_a_dead_process_written_records_are_not_written_again(any_url, tmp_path)
         ids = sorted(s.scalars(select(RequestLog.request_id)))
     assert ids == ["r0", "r0", "r1", "r2", "r3"]
     assert list(tmp_path.glob("*.jsonl")) == []
+    sessions.kw["bind"].dispose()
+
+
+def test_a_batch_past_one_insert_keeps_every_row_and_field(any_url):
+    upgrade(any_url, progress=None)
+    sessions = make_session_factory(any_url)
+    n = 2 * ROWS_PER_INSERT + 7
+    batch = [dataclasses.replace(rec(i), trace_id=f"{i:032x}", ttft_ms=i / 10, stream=i % 2 == 0,
+                                 cache="hit" if i % 3 == 0 else None) for i in range(n)]
+    sql_usage_writer(sessions).sink(batch)
+    assert counts(sessions) == (n, n)
+    with sessions() as s:
+        last = s.scalars(select(RequestLog).where(RequestLog.request_id == f"r{n - 1}")).one()
+    assert (last.trace_id, last.ttft_ms, last.stream, last.cache, last.prompt_tokens,
+            last.completion_tokens, last.backend) == (f"{n - 1:032x}", (n - 1) / 10, True,
+                                                      None, 3, 2, "b")
+    at = last.created_at if last.created_at.tzinfo else last.created_at.replace(
+        tzinfo=timezone.utc)                        # SQLite gives naive UTC back
+    assert abs(at.timestamp() - batch[-1].created_at) < 1e-3
     sessions.kw["bind"].dispose()
