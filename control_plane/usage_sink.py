@@ -14,7 +14,7 @@ from common.usage_writer import UsageWriter
 from registry.access_queries import UsageRecord, record_usage
 from control_plane.body_log_sink import BODY_RETENTION_S, body_rows
 from registry.guardrails import append_bodies, prune_bodies
-from registry.request_log import append_requests, logged_requests, naive_utc, prune_requests
+from registry.request_log import append_requests, logged_requests, prune_requests
 from registry.usage_rollup import add_to_rollups
 
 BUCKET_S = 60
@@ -108,4 +108,4 @@ def not_yet_logged(session, records: list[GatewayUsage]) -> list[GatewayUsage]:
     when = [datetime.fromtimestamp(r.created_at, tz=timezone.utc) for r in records]
     logged = logged_requests(session, list({r.request_id[:64] for r in records}),
                              min(when), max(when))
-    return [r for r, at in zip(records, when) if (r.request_id[:64], naive_utc(at)) not in logged]
+    return [r for r, at in zip(records, when) if (r.request_id[:64], at) not in logged]

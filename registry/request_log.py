@@ -28,14 +28,14 @@ REQUEST_COLUMNS = ("created_at", "request_id", "trace_id", "key_id", "team", "mo
 ROWS_PER_INSERT = 1000
 # How SQLAlchemy's SQLite DATETIME stores a value (registry.orm reads it back through it).
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+_INSERT_HEAD = f"INSERT INTO request_log ({', '.join(REQUEST_COLUMNS)}) VALUES "
 
 
 def append_requests(session: Session, rows: list[tuple[Any, ...]]) -> None:
     """Rows as tuples in REQUEST_COLUMNS order, created_at an aware UTC datetime, written as
-    multi-row INSERTs with the driver's own placeholders. One statement per 1,000 rows, not
-    one step per row: SQLite's driver lets go of the GIL around every step, and the sink's
-    thread then waited for the event loop's thread once per row (most of the sink's CPU at
-    1,000 requests a second was those hand-overs)."""
+    multi-row INSERTs with the driver's own placeholders, one per 1,000 rows: SQLAlchemy's
+    per-row parameter processing was most of the usage sink's own time (figures in
+    docs/bench/README.md, "Where the default's CPU goes")."""
     if not rows:
         return
     conn = session.connection()
@@ -44,30 +44,25 @@ def append_requests(session: Session, rows: list[tuple[Any, ...]]) -> None:
         rows = [(row[0].strftime(_SQLITE_TIME),) + row[1:] for row in rows]
     # psycopg takes %s placeholders whatever SQLAlchemy's paramstyle says
     one = "(" + ", ".join(["?" if sqlite else "%s"] * len(REQUEST_COLUMNS)) + ")"
-    head = f"INSERT INTO request_log ({', '.join(REQUEST_COLUMNS)}) VALUES "
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start:start + ROWS_PER_INSERT]
-        conn.exec_driver_sql(head + ", ".join([one] * len(chunk)),
+        conn.exec_driver_sql(_INSERT_HEAD + ", ".join([one] * len(chunk)),
                              tuple(itertools.chain.from_iterable(chunk)))
 
 
 def logged_requests(session: Session, request_ids: list[str], earliest: datetime,
                     latest: datetime) -> set[tuple[str, datetime]]:
     """(request_id, created_at) of the rows among `request_ids` created between `earliest`
-    and `latest` (inclusive; aware UTC datetimes), created_at as naive UTC: PostgreSQL gives
-    it back aware, SQLite naive."""
+    and `latest` (inclusive), every datetime aware UTC (SQLite gives them back naive)."""
     rows = session.execute(select(RequestLog.request_id, RequestLog.created_at).where(
         RequestLog.request_id.in_(request_ids), RequestLog.created_at >= earliest,
         RequestLog.created_at <= latest))
-    return {(rid, naive_utc(at)) for rid, at in rows}
-
-
-def naive_utc(at: datetime) -> datetime:
-    return at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at
+    return {(rid, at if at.tzinfo else at.replace(tzinfo=timezone.utc)) for rid, at in rows}
 
 
 def prune_requests(session: Session, older_than: datetime) -> int:
     return session.execute(delete(RequestLog).where(RequestLog.created_at < older_than)).rowcount
 
 
-__all__ = ["REQUEST_COLUMNS", "ROWS_PER_INSERT", "append_requests", "logged_requests", "naive_utc", "prune_requests"]
+__all__ = ["REQUEST_COLUMNS", "ROWS_PER_INSERT", "append_requests", "logged_requests",
+           "prune_requests"]

@@ -9,7 +9,7 @@ first-token and stream spans are not made.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from opentelemetry import trace
 
@@ -32,12 +32,10 @@ class UpstreamTrace:
     @contextmanager
     def sending(self):
         """Current while waiting for the first token: engine requests carry this trace."""
-        with trace.use_span(self.span, end_on_exit=False):
-            if not self._recording:
-                yield
-                return
-            with get_tracer().start_as_current_span("gateway.first_token"):
-                yield
+        first_token = get_tracer().start_as_current_span("gateway.first_token") \
+            if self._recording else nullcontext()
+        with trace.use_span(self.span, end_on_exit=False), first_token:
+            yield
 
     def streaming(self) -> None:
         if not self._recording:
