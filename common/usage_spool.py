@@ -8,12 +8,18 @@ the OOM killer) loses none of the requests it already answered.
     for path, records in spool.adopt_orphans():   # segments of processes that died
         ...                          # written again, then spool.release([path])
 
-Segments are `<dir>/<pid>-<n>.jsonl`, one JSON record per line. A process adopts a dead
-process's segments by renaming them to its own name first (one rename wins), so two
-survivors never write the same records twice. A process killed between its SQL commit and
-the unlink of the segment leaves records that are in SQL already: the writer hands adopted
-records to its `replay_sink`, and the SQL one (control_plane.usage_sink) skips those whose
-request-log row is there.
+    spool.hand_off()                 # a worker of `up`: the segment so far is for the writer
+    for path, records, replayed in spool.collect():   # that writer: handed-off segments,
+        ...                          # and the dead's (`replayed`: perhaps written already)
+
+Segments are `<dir>/<pid>-<n>.jsonl`, one JSON record per line; a handed-off one is renamed
+`<pid>-<n>.ready.jsonl`, and no process but the collecting writer takes it while its owner
+lives. A process takes another's segment by renaming it to its own name first (one rename
+wins), so two survivors never write the same records twice. A process killed between its SQL
+commit and the unlink of the segment leaves records that are in SQL already: the writer hands
+adopted records to its `replay_sink`, and the SQL one (control_plane.usage_sink) skips those
+whose request-log row is there. A handed-off segment was never written by anyone: it goes to
+the plain sink.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from common.usage_record import RequestBodies, UsageRecord
 
 log = logging.getLogger("gateway.usage")
 _FIELDS = frozenset(f.name for f in dataclasses.fields(UsageRecord))
+READY = ".ready.jsonl"   # a handed-off segment's suffix
 
 
 class UsageSpool:
@@ -54,6 +61,15 @@ class UsageSpool:
         sealed, self._fd, self._path = [self._path], None, None
         return sealed
 
+    def hand_off(self) -> Path | None:
+        """Close the current segment (if any) and mark it ready for the collecting writer."""
+        sealed = self.seal()
+        if not sealed:
+            return None
+        ready = sealed[0].with_name(sealed[0].name.removesuffix(".jsonl") + READY)
+        os.rename(sealed[0], ready)
+        return ready
+
     def release(self, paths: list[Path]) -> None:
         for path in paths:
             try:
@@ -63,16 +79,31 @@ class UsageSpool:
 
     def adopt_orphans(self) -> Iterator[tuple[Path, list[UsageRecord]]]:
         """Segments whose process is gone, renamed to this process and read back."""
+        for path, owner in self._others():
+            if not _alive(owner) and (mine := self._take(path)) is not None:
+                yield mine, read_segment(mine)
+
+    def collect(self) -> Iterator[tuple[Path, list[UsageRecord], bool]]:
+        """Segments other processes handed off (`replayed` False: never written) and those of
+        processes that died (True), each renamed to this process and read back."""
+        for path, owner in self._others():
+            ready = path.name.endswith(READY)
+            if (ready or not _alive(owner)) and (mine := self._take(path)) is not None:
+                yield mine, read_segment(mine), not ready
+
+    def _others(self) -> Iterator[tuple[Path, int]]:
         for path in sorted(self.directory.glob("*.jsonl")):
             owner = _owner(path)
-            if owner is None or owner == os.getpid() or _alive(owner):
-                continue
-            mine = self.directory / f"{os.getpid()}-adopted-{next(self._serial)}.jsonl"
-            try:
-                path.rename(mine)
-            except FileNotFoundError:   # another survivor adopted it first
-                continue
-            yield mine, read_segment(mine)
+            if owner is not None and owner != os.getpid():
+                yield path, owner
+
+    def _take(self, path: Path) -> Path | None:
+        mine = self.directory / f"{os.getpid()}-adopted-{next(self._serial)}.jsonl"
+        try:
+            path.rename(mine)
+        except FileNotFoundError:   # another process took it first
+            return None
+        return mine
 
     def _open(self) -> None:
         self._pid = os.getpid()

@@ -7,6 +7,7 @@
     controller = mount_control_plane(app, sessions, snapshots, registry, tiers, make_controller)
     loop = mlflow_sync(settings, app, sessions, snapshots)   # None without MLflow configured
     async with usage_to_sql(app, sessions, settings): ...    # gateway usage rows into SQL
+    async with usage_from_workers(sessions, settings): ...   # what `up`'s workers hand off
 """
 from __future__ import annotations
 
@@ -58,29 +59,63 @@ def mlflow_sync(settings: Settings, app, sessions, snapshots):
     return sync.run(settings.mlflow.interval_s, settings.mlflow.direction)
 
 
-@contextlib.asynccontextmanager
-async def usage_to_sql(app, sessions, settings: Settings):
-    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit.
-    Stored bodies are kept `settings.guardrails.body_retention_days`. Until written, records
-    are also spooled under <data_dir>/usage-spool (common.usage_spool), so a gateway process
-    killed outright loses none; the next one to start writes them."""
+def usage_spool(settings: Settings):
+    """<data_dir>/usage-spool (common.usage_spool), or None where it cannot be made."""
     from common.usage_spool import UsageSpool
-    from control_plane.usage_sink import sql_usage_writer
 
     try:
-        spool = UsageSpool(Path(settings.data_dir) / "usage-spool")
+        return UsageSpool(Path(settings.data_dir) / "usage-spool")
     except OSError as exc:   # a read-only data_dir: usage still flows, unspooled
         log.warning("usage spool unavailable (%s): a killed gateway loses its unwritten usage",
                     exc)
-        spool = None
-    writer = sql_usage_writer(sessions, spool=spool,
-                              body_retention_s=settings.guardrails.body_retention_days * 86400)
+        return None
+
+
+@contextlib.asynccontextmanager
+async def usage_to_sql(app, sessions, settings: Settings, hand_off: bool = False):
+    """Usage rows flow from the gateway to SQL in batches; the last batch is flushed on exit.
+    Stored bodies are kept `settings.guardrails.body_retention_days`. Until written, records
+    are also spooled under <data_dir>/usage-spool, so a gateway process killed outright loses
+    none; the next one to start writes them. With `hand_off` (a worker of `up --workers N`)
+    this process only spools them and its control plane writes them (usage_from_workers)."""
+    from common.usage_handoff import SpoolHandoff
+    from control_plane.usage_sink import sql_usage_writer
+
+    spool = usage_spool(settings)
+    if hand_off and spool is not None:
+        writer = SpoolHandoff(spool)
+    else:
+        writer = sql_usage_writer(sessions, spool=spool, body_retention_s=_body_retention_s(
+            settings))
     await writer.start()
     app.state.gateway.usage_sinks.append(writer.record)
     try:
         yield writer
     finally:
         await writer.close()
+
+
+@contextlib.asynccontextmanager
+async def usage_from_workers(sessions, settings: Settings):
+    """The control plane of `up --workers N` writes the usage its workers hand off, until the
+    block exits (after the workers stopped: their last segments are written then)."""
+    from control_plane.usage_sink import sql_usage_collector
+
+    spool = usage_spool(settings)
+    if spool is None:   # then the workers have none either and write their own
+        yield None
+        return
+    collector = sql_usage_collector(sessions, spool,
+                                    body_retention_s=_body_retention_s(settings))
+    await collector.start()
+    try:
+        yield collector
+    finally:
+        await collector.close()
+
+
+def _body_retention_s(settings: Settings) -> float:
+    return settings.guardrails.body_retention_days * 86400
 
 
 def allowlist(settings: Settings):
@@ -109,7 +144,8 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
         app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter,
                                  sessions=sessions)
         front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
-        async with usage_to_sql(app, sessions, settings), front as served:
+        async with usage_to_sql(app, sessions, settings, hand_off=link is not None), \
+                front as served:
             await uvicorn_server(served, settings).serve(sockets=[sock])
     finally:
         task.cancel()
@@ -128,9 +164,11 @@ def analysis_source(settings: Settings, urls: list[str], registry):
 
 
 @contextlib.asynccontextmanager
-async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str]):
+async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str],
+                            workers_usage: bool = False):
     """The control plane's app (admin API, console, /metrics) with its fleet and controllers
-    running until the block exits; rollouts analyse the gateways at `gateway_metrics_urls`."""
+    running until the block exits; rollouts analyse the gateways at `gateway_metrics_urls`.
+    `workers_usage`: it also writes the usage the gateway workers of its `up` hand off."""
     from fastapi import FastAPI
     from prometheus_client import CollectorRegistry, make_asgi_app
 
@@ -162,8 +200,11 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str])
         fleet.run(controller.run())
         if (mlflow_loop := mlflow_sync(settings, app, sessions, snapshots)) is not None:
             fleet.run(mlflow_loop)
-        yield app
+        async with (usage_from_workers(sessions, settings) if workers_usage
+                    else contextlib.nullcontext()):
+            yield app
 
 
 __all__ = ["allowlist", "analysis_source", "control_plane_app", "gateway_settings", "mlflow_sync",
-           "mount_control_plane", "on_registry_change", "serve_gateway", "usage_to_sql"]
+           "mount_control_plane", "on_registry_change", "serve_gateway", "usage_from_workers",
+           "usage_spool", "usage_to_sql"]

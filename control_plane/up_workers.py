@@ -14,7 +14,9 @@ connection or engine yet, so no child inherits a lock held mid-use or a shared c
 
 A worker waits until the control plane answers (registry migrated, admin key written, hot
 engines ready), then reads the registry through its own snapshot poller exactly as a
-standalone gateway does; its request path never queries the database. It forwards /admin/...
+standalone gateway does; its request path never queries the database. Its usage records go
+to its spool and are handed off (common.usage_handoff); the control plane alone writes them to
+SQL (common.usage_collector), off the workers' interpreters. It forwards /admin/...
 and /console... to the control plane, asks it to start cold models (HttpColdStarter), and
 appends the control plane's metric families (engine health, SLOs, rollouts) to its /metrics
 and its paths to /openapi.json.
@@ -237,7 +239,7 @@ async def _control_plane(settings: Settings, sock: socket.socket, supervisor: in
     from common.workers import watch_exit
 
     urls = settings.gateway_metrics_urls or [_local_metrics_url(settings)]
-    async with control_plane_app(settings, urls) as app:
+    async with control_plane_app(settings, urls, workers_usage=True) as app:
         app.add_api_route("/healthz", _healthz, include_in_schema=False)
         server = uvicorn_server(app, settings)
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()

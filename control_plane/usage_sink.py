@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy.orm import sessionmaker
 
 from common.usage_record import UsageRecord as GatewayUsage
+from common.usage_collector import SpoolCollector
 from common.usage_writer import UsageWriter
 from registry.access_queries import UsageRecord, record_usage
 from control_plane.body_log_sink import BODY_RETENTION_S, body_rows
@@ -69,10 +70,11 @@ def request_rows(records: list[GatewayUsage]) -> list[tuple]:
             for r in records]
 
 
-def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
-                     clock: Callable[[], float] = time.monotonic,
-                     body_retention_s: float = BODY_RETENTION_S, spool=None) -> UsageWriter:
-    """`spool`: a common.usage_spool.UsageSpool keeping records on disk until written."""
+def sql_usage_sink(sessions: sessionmaker, request_retention_s: float = REQUEST_RETENTION_S,
+                   clock: Callable[[], float] = time.monotonic,
+                   body_retention_s: float = BODY_RETENTION_S) -> Callable[[list, bool], None]:
+    """`write(batch, replayed)`: one transaction adding a batch to the buckets, rollups and the
+    request log (`replayed`: records that may be there already, only the missing ones go)."""
     pruned_at: float | None = None
 
     def write(batch: list[GatewayUsage], replayed: bool) -> None:
@@ -95,8 +97,20 @@ def sql_usage_writer(sessions: sessionmaker, request_retention_s: float = REQUES
         if prune:   # only once the transaction holding it committed
             pruned_at = now
 
+    return write
+
+
+def sql_usage_writer(sessions: sessionmaker, spool=None, **sink_options) -> UsageWriter:
+    """A gateway process writing its own usage; `spool`: a common.usage_spool.UsageSpool
+    keeping records on disk until written."""
+    write = sql_usage_sink(sessions, **sink_options)
     return UsageWriter(lambda batch: write(batch, False), max_batch=MAX_BATCH, spool=spool,
                        replay_sink=lambda batch: write(batch, True))
+
+
+def sql_usage_collector(sessions: sessionmaker, spool, **sink_options) -> SpoolCollector:
+    """The control plane of `up --workers N` writing what its workers hand off."""
+    return SpoolCollector(spool, sql_usage_sink(sessions, **sink_options), max_batch=MAX_BATCH)
 
 
 def not_yet_logged(session, records: list[GatewayUsage]) -> list[GatewayUsage]:

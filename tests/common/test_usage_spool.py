@@ -139,3 +139,38 @@ async def test_no_records_no_files(tmp_path, n):
         writer.record(record(i))
     await writer.close()
     assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_a_handed_off_segment_is_collected_while_its_owner_lives(tmp_path):
+    worker, writer = UsageSpool(tmp_path), UsageSpool(tmp_path)
+    worker.append(record(1))
+    worker.append(record(2))
+    ready = worker.hand_off()
+    assert ready.name.endswith(".ready.jsonl") and worker.hand_off() is None
+    # Segments named after this process are its own and never collected: rename the ready one
+    # to the parent's (alive) to stand for another worker's.
+    theirs = ready.with_name(f"{os.getppid()}-{ready.name.split('-', 1)[1]}")
+    ready.rename(theirs)
+    collected = list(writer.collect())
+    assert [([r.request_id for r in records], replayed)
+            for _, records, replayed in collected] == [(["r1", "r2"], False)]
+    assert list(writer.collect()) == []                     # taken once
+    assert list(writer.adopt_orphans()) == []               # nothing left for anyone else
+
+
+def test_an_open_segment_is_collected_only_once_its_owner_died(tmp_path):
+    (tmp_path / f"{os.getppid()}-0.jsonl").write_bytes(orjson.dumps(record(1)) + b"\n")
+    (tmp_path / f"{dead_pid()}-0.jsonl").write_bytes(orjson.dumps(record(2)) + b"\n")
+    collected = list(UsageSpool(tmp_path).collect())
+    # the dead owner's records may be in the sink already (it died after writing them)
+    assert [([r.request_id for r in records], replayed)
+            for _, records, replayed in collected] == [(["r2"], True)]
+    assert (tmp_path / f"{os.getppid()}-0.jsonl").exists()
+
+
+def test_a_writer_that_died_leaves_its_ready_segments_to_in_process_writers(tmp_path):
+    """`up --workers` stopped for good: a later single-process gateway adopts what was handed
+    off and never collected."""
+    (tmp_path / f"{dead_pid()}-3.ready.jsonl").write_bytes(orjson.dumps(record(5)) + b"\n")
+    adopted = list(UsageSpool(tmp_path).adopt_orphans())
+    assert [[r.request_id for r in records] for _, records in adopted] == [["r5"]]

@@ -1,18 +1,23 @@
 """The SQL usage sink: every record reaches the request log and the usage buckets, records
-older than the retention are pruned, the prune runs at most once a minute (not per batch), and
-a dead process's spooled records that it had written already are not written twice."""
+older than the retention are pruned, the prune runs at most once a minute (not per batch), a
+dead process's spooled records that it had written already are not written twice, and the
+collector of `up --workers N` writes what its workers hand off exactly once."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from datetime import timezone
 
+import pytest
 from sqlalchemy import func, select
 
+from common.usage_handoff import SpoolHandoff
 from common.usage_record import UsageRecord
 from common.usage_spool import UsageSpool
-from control_plane.usage_sink import MAX_BATCH, PRUNE_EVERY_S, sql_usage_writer
+from control_plane.usage_sink import (MAX_BATCH, PRUNE_EVERY_S, sql_usage_collector,
+                                      sql_usage_sink, sql_usage_writer)
 from registry.request_log import ROWS_PER_INSERT
 from registry.migrate import upgrade
 from registry.db import make_session_factory
@@ -97,4 +102,42 @@ def test_a_batch_past_one_insert_keeps_every_row_and_field(any_url):
     at = last.created_at if last.created_at.tzinfo else last.created_at.replace(
         tzinfo=timezone.utc)                        # SQLite gives naive UTC back
     assert abs(at.timestamp() - batch[-1].created_at) < 1e-3
+    sessions.kw["bind"].dispose()
+
+
+def test_the_collector_writes_what_workers_hand_off_once_even_after_an_unclear_commit(
+        any_url, tmp_path):
+    """`up --workers N`: the control plane writes its workers' handed-off segments. A batch
+    whose COMMIT went through but whose connection broke before the answer came back is tried
+    again as replayed: the request log, the usage buckets and the spend count each request
+    once."""
+    upgrade(any_url, progress=None)
+    sessions = make_session_factory(any_url)
+    write = sql_usage_sink(sessions)
+    unclear = [1]
+
+    def committed_then_lost(batch, replayed):
+        write(batch, replayed)
+        if unclear:
+            unclear.pop()
+            raise ConnectionError("server closed the connection unexpectedly")
+
+    spool_dir = tmp_path / "usage-spool"
+    handoff = SpoolHandoff(UsageSpool(spool_dir))
+    for i in range(5):
+        handoff.record(dataclasses.replace(rec(i), cost_usd=0.25))
+    handoff.hand_off()
+    ready = next(spool_dir.glob("*.ready.jsonl"))     # as another worker's segment
+    ready.rename(spool_dir / f"{os.getppid()}-{ready.name.split('-', 1)[1]}")
+    collector = sql_usage_collector(sessions, UsageSpool(spool_dir))
+    collector.sink = committed_then_lost
+
+    async def collect_twice() -> list[bool]:
+        return [await collector.collect(), await collector.collect()]
+
+    assert asyncio.run(collect_twice()) == [False, True]
+    assert counts(sessions) == (5, 5)
+    with sessions() as s:
+        assert s.scalar(select(func.sum(Usage.cost))) == pytest.approx(1.25)
+    assert list(spool_dir.iterdir()) == []
     sessions.kw["bind"].dispose()

@@ -214,8 +214,8 @@ def test_a_killed_worker_is_replaced_and_serving_goes_on(stack):
 
 
 def test_a_killed_worker_loses_none_of_the_usage_it_accounted(stack):
-    """Requests a worker answered are in the request log even when it is SIGKILLed before its
-    usage writer's next flush: the replacement writes them from the usage spool."""
+    """Requests a worker answered are in the request log even when it is SIGKILLed before it
+    hands off its spool segment: the control plane writes the dead worker's open segment."""
     victim, mine = min(worker_pids(stack)), []
     headers = {"authorization": f"Bearer {stack['key']}"}
     for i in range(80):
@@ -228,7 +228,7 @@ def test_a_killed_worker_loses_none_of_the_usage_it_accounted(stack):
                 mine.append(request_id)
         if len(mine) == 3:
             break
-    os.kill(victim, signal.SIGKILL)   # well inside the writer's 500 ms flush interval
+    os.kill(victim, signal.SIGKILL)   # well inside the worker's 500 ms hand-off interval
     assert len(mine) == 3
     deadline, logged = time.monotonic() + 30, set()
     while time.monotonic() < deadline and not set(mine) <= logged:
