@@ -32,6 +32,7 @@ from pathlib import Path
 
 import orjson
 
+from common.process_id import current_pid
 from common.usage_record import RequestBodies, UsageRecord
 
 log = logging.getLogger("gateway.usage")
@@ -49,7 +50,7 @@ class UsageSpool:
         self._fd: int | None = None
 
     def append(self, record: UsageRecord) -> None:
-        if self._fd is None or self._pid != os.getpid():   # first record, or a forked child
+        if self._fd is None or self._pid != current_pid():   # first record, or a forked child
             self._open()
         os.write(self._fd, orjson.dumps(record) + b"\n")
 

@@ -77,8 +77,12 @@ async def test_scrapes_several_gateways_over_http_and_sums_them():
         servers[-1] = (servers[-1], port)
     try:
         urls = [f"http://127.0.0.1:{port}/metrics" for _, port in servers]
-        scrape = await MetricsSource(urls).scrape()
+        source = MetricsSource(urls)
+        scrape = await source.scrape()
         assert scrape.get("chat", "v2").requests == 13
+        client = source._client
+        assert (await source.scrape()).get("chat", "v2").requests == 13
+        assert source._client is client and not client.is_closed   # one client, every tick
 
         dead = f"http://127.0.0.1:{free_port()}/metrics"
         with pytest.raises(MetricsUnavailable, match="scraping http://127.0.0.1"):
