@@ -10,8 +10,9 @@ records through a sink in batches.
 A segment's file goes once all its records are written. `replayed` is True for records that
 may be in the sink already (a dead worker's open segment, whatever a failed batch held); the
 SQL sink then skips those whose request-log row is there. A failing sink (the database is
-down) is retried every interval; records wait on disk, so a collector killed meanwhile loses
-nothing either: the next one to start adopts its segments.
+down) is retried every interval; records wait on disk (at most `max_pending` are read into
+memory meanwhile), so a collector killed meanwhile loses nothing either: the next one to start
+adopts its segments.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ class _Segment:
 
 class SpoolCollector:
     def __init__(self, spool: UsageSpool, sink: Sink, interval_ms: int = 250,
-                 max_batch: int = 1000, max_attempts: int = 3) -> None:
+                 max_batch: int = 1000, max_attempts: int = 3,
+                 max_pending: int = 100_000) -> None:
         if interval_ms <= 0 or max_batch < 1:
             raise ValueError("need interval_ms > 0 and max_batch >= 1")
         self.spool = spool
@@ -47,6 +49,7 @@ class SpoolCollector:
         self.interval_s = interval_ms / 1000
         self.max_batch = max_batch
         self.max_attempts = max_attempts
+        self.max_pending = max_pending   # records read into memory; the rest wait on disk
         self.written = 0
         self.failed_flushes = 0
         self._attempts = 0            # failed tries in a row
@@ -74,12 +77,16 @@ class SpoolCollector:
         failed (the rest waits for the next try)."""
         async with self._lock:
             self._take_ready()
-            while self._segments:
+            while self._segments:   # a backlog past max_pending is read as room is made
                 if not await self._write_batch():
                     return False
+                if not self._segments:
+                    self._take_ready()
             return True
 
     def _take_ready(self) -> None:
+        if self.pending >= self.max_pending:   # a long outage: what is on disk stays there
+            return
         for path, records, replayed in self.spool.collect():
             if replayed:
                 log.warning("usage spool: %d records of a process that died are written "
@@ -88,6 +95,8 @@ class SpoolCollector:
                 self._segments.append(_Segment(path, records, replayed))
             else:
                 self.spool.release([path])
+            if self.pending >= self.max_pending:
+                return
 
     async def _write_batch(self) -> bool:
         replayed = self._segments[0].replayed

@@ -100,3 +100,16 @@ async def test_close_leaves_what_it_could_not_write_for_the_next_start(tmp_path)
     sink = Sink()
     assert await SpoolCollector(UsageSpool(tmp_path), sink).collect()
     assert sink.batches == [(["r0", "r1"], True)]
+
+
+async def test_during_an_outage_no_more_than_max_pending_records_are_read_into_memory(
+        tmp_path):
+    for first in (0, 2, 4):
+        worker(tmp_path, first, 2)
+    sink = Sink(failures=1)
+    collector = SpoolCollector(UsageSpool(tmp_path), sink, max_pending=3)
+    assert not await collector.collect()
+    assert collector.pending == 4                                  # two segments, then full
+    assert len(list(tmp_path.glob("*.ready.jsonl"))) == 1          # the third waits on disk
+    assert await collector.collect()
+    assert sink.ids() == [f"r{i}" for i in range(6)] and list(tmp_path.iterdir()) == []
