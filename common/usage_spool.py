@@ -80,17 +80,19 @@ class UsageSpool:
 
     def adopt_orphans(self) -> Iterator[tuple[Path, list[UsageRecord]]]:
         """Segments whose process is gone, renamed to this process and read back."""
-        for path, owner in self._others():
-            if not _alive(owner) and (mine := self._take(path)) is not None:
-                yield mine, read_segment(mine)
+        for mine, records, _ in self._claim(handed_off_too=False):
+            yield mine, records
 
     def collect(self) -> Iterator[tuple[Path, list[UsageRecord], bool]]:
         """Segments other processes handed off (`replayed` False: never written) and those of
         processes that died (True), each renamed to this process and read back."""
+        return self._claim(handed_off_too=True)
+
+    def _claim(self, handed_off_too: bool) -> Iterator[tuple[Path, list[UsageRecord], bool]]:
         for path, owner in self._others():
-            ready = path.name.endswith(READY)
-            if (ready or not _alive(owner)) and (mine := self._take(path)) is not None:
-                yield mine, read_segment(mine), not ready
+            handed_off = handed_off_too and path.name.endswith(READY)
+            if (handed_off or not _alive(owner)) and (mine := self._take(path)) is not None:
+                yield mine, read_segment(mine), not handed_off
 
     def _others(self) -> Iterator[tuple[Path, int]]:
         for path in sorted(self.directory.glob("*.jsonl")):

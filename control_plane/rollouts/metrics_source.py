@@ -239,13 +239,13 @@ class MetricsSource:
         self.urls = list(urls)
         if not self.urls:
             raise ValueError("MetricsSource needs at least one gateway /metrics URL")
-        self._client = client
+        self._given = client
         self.timeout_s = timeout_s
-        self._loop = None   # the loop `_client` belongs to, when this source made it
+        self._client: httpx.AsyncClient | None = None   # made here, for `_loop`
+        self._loop = None
 
     async def scrape(self) -> Scrape:
-        client = self._own_client() if self._loop is not None or self._client is None \
-            else self._client
+        client = self._given or self._own_client()
         texts = await asyncio.gather(*(self._fetch(client, url) for url in self.urls))
         return await asyncio.to_thread(_sum_texts, texts)
 
@@ -253,7 +253,7 @@ class MetricsSource:
         """One client for every scrape (a new one per tick costs an SSL context, ~1% of a core
         at the default tick); a new one only when called from another event loop."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
+        if self._loop is not loop:   # first scrape, or another event loop
             self._client = httpx.AsyncClient(timeout=self.timeout_s)
             self._loop = loop
         return self._client
