@@ -120,7 +120,7 @@ def build_services(settings: GatewaySettings, snapshot_source: SnapshotSource, *
     admission = AdmissionController(
         max_queue=a.queue_size, queue_timeout_s=a.queue_timeout_s,
         on_depth=lambda model, _depth: _queue_depth(m, admission, model),
-        on_wait=lambda model, prio, wait: m.queue_wait.labels(model, prio).observe(wait),
+        on_wait=lambda model, prio, wait: m.queue_wait_of(model, prio).observe(wait),
         on_reject=lambda model, reason: m.rejections.labels(model, reason).inc())
     router = Router(settings.routing, m, breaker)
     return GatewayServices(

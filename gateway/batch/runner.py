@@ -29,7 +29,7 @@ import orjson
 from common.auth.authenticate import principal_of_key
 from common.auth.principal import Principal
 from common.error_codes import ErrorCode
-from common.errors import OpenAIError
+from common.errors import InferplaneError, OpenAIError
 from common.request_context import bound_request_id
 from common.vocabulary import Priority
 from gateway.apis.chat.endpoint import CHAT_COMPLETIONS
@@ -204,6 +204,11 @@ class BatchRun:
                     response = await handle_body(app, raw, self._principal_for(batch), endpoint)
                 except OpenAIError as exc:   # the batch's key was revoked or deleted
                     response = endpoint.error_response(exc)
+                except Exception:   # a fault past the request path's own handlers: the line
+                    # fails with a 500 in its record instead of vanishing from the counts
+                    log.exception("batch %s line %d failed unexpectedly", batch.id,
+                                  line.number)
+                    response = endpoint.error_response(InferplaneError("internal error"))
             status = response.status_code
             if status not in RETRYABLE or attempt + 1 == self.settings.max_attempts \
                     or self.stop is not None:

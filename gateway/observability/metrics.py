@@ -61,6 +61,27 @@ def multiprocess_dir() -> str | None:
 SERIES_CACHE_SIZE = 4096
 
 
+class ChildCache:
+    """`family.labels(*values)` looked up once per label tuple (`.labels()` hashes, locks
+    and, in workers, names a file key on every call):
+
+        inflight_of = ChildCache(metrics.inflight); inflight_of("m", "b1").inc()
+    """
+    __slots__ = ("_family", "_children")
+
+    def __init__(self, family):
+        self._family = family
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def __call__(self, *values: str):
+        child = self._children.get(values)
+        if child is None:
+            if len(self._children) >= SERIES_CACHE_SIZE:
+                self._children.clear()
+            child = self._children[values] = self._family.labels(*values)
+        return child
+
+
 class RequestSeries:
     """The labelled children one finished request of (model, version) writes, looked up once:
     `.labels()` hashes and locks on every call, and the account stage would call it six times.
@@ -91,7 +112,6 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         self._series: dict[tuple[str, str], RequestSeries] = {}
-        self._inflight: dict[tuple[str, str], object] = {}
         r = self._families_registry()
         self.requests = Counter(Metric.REQUESTS.total, "Requests by final status code",
                                 ["model", "version", "code"], registry=r)
@@ -175,6 +195,10 @@ class GatewayMetrics:
         for kind in ("exact", "semantic"):
             self.cache_entries.labels(kind).set(0)
             self.cache_lookup.labels(kind)
+        # The children the request path touches on every request, looked up once.
+        self.inflight_of = ChildCache(self.inflight)
+        self.queue_wait_of = ChildCache(self.queue_wait)
+        self.routing_decision_of = ChildCache(self.routing_decisions)
         # RSS, open fds, CPU: what a leak shows up in first. With workers: those of the worker
         # answering the scrape (process figures do not add up across processes).
         ProcessCollector(registry=self.registry)
@@ -211,16 +235,6 @@ class GatewayMetrics:
                 self._series.clear()
             series = self._series[key] = RequestSeries(self, model, version)
         return series
-
-    def inflight_of(self, model: str, backend: str):
-        """The cached in-flight gauge child of (model, backend)."""
-        key = (model, backend)
-        child = self._inflight.get(key)
-        if child is None:
-            if len(self._inflight) >= SERIES_CACHE_SIZE:
-                self._inflight.clear()
-            child = self._inflight[key] = self.inflight.labels(model, backend)
-        return child
 
     def set_breaker(self, backend: str, state: str) -> None:
         self.breaker_state.labels(backend).set(BreakerState(state).code)

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 
+from common.logging_setup import write_info
 from common.metric_names import NO_TEAM, NO_VERSION
 from common.request_context import current_request_id
 from common.tracing import current_trace_id
@@ -45,7 +46,7 @@ def account(scope) -> None:
     status = "ok" if scope.status < 400 else (
         "aborted" if scope.status == CLIENT_CLOSED else "error")
     if log.isEnabledFor(logging.INFO):   # the line's fields are not built when it is off
-        log.info("request finished", extra={
+        write_info(log, "request finished", {
             "request_id": current_request_id(), "model": model, "status": scope.status,
             "backend": backend.id if backend is not None else None,
             "tokens": prompt + completion, "latency_ms": round(duration * 1000, 1)})

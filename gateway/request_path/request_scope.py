@@ -70,9 +70,8 @@ class RequestScope:
 
     async def admit(self, pool, tenant: str, priority: str, cost: int) -> None:
         """Wait for an admission slot (QueueFull / QueueTimeout propagate); released at close."""
-        admission = pool.admit(tenant=tenant, priority=priority, cost=cost)
-        self.ticket = await admission.__aenter__()
-        self._exits.push_awaited(admission.__aexit__, None, None, None)
+        self.ticket = await pool.acquire(tenant, priority, cost)
+        self._exits.push(pool.release, self.ticket)
 
     def on_close(self, callback, *args) -> None:
         """Run `callback(*args)` at close, before the admission slot and limits are let go."""

@@ -77,7 +77,7 @@ class Router:
             return None
         strategy = self.strategy_name(model_view)
         backend = self.strategies[strategy].pick(candidates, ctx)
-        self.metrics.routing_decisions.labels(model_view.name, strategy, backend.id).inc()
+        self.metrics.routing_decision_of(model_view.name, strategy, backend.id).inc()
         if ctx.prefix_blocks:
             self._record_prefix(model_view.name, backend.id, ctx)
         return backend

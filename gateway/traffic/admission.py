@@ -18,6 +18,10 @@ Call pattern::
     # QueueFull (429) and QueueTimeout (503) are InferplaneErrors with Retry-After: let them
     # reach the edge handler.
 
+    ticket = await pool.acquire(tenant, priority, tokens)   # a holder that releases itself
+    ...
+    pool.release(ticket)                                    # exactly once, whatever happened
+
 A granted ticket guarantees some backend has room (tickets never outnumber the summed caps).
 A waiter whose task is cancelled (client gone) leaves the queue; a granted slot is released
 when the `async with` exits, whatever the reason.
@@ -159,14 +163,16 @@ class AdmissionPool:
     @asynccontextmanager
     async def admit(self, tenant: str, priority: str = Priority.STANDARD, cost: int = 1,
                     timeout_s: float | None = None) -> AsyncIterator[Ticket]:
-        ticket = await self._acquire(tenant, priority, cost, timeout_s)
+        ticket = await self.acquire(tenant, priority, cost, timeout_s)
         try:
             yield ticket
         finally:
-            self._release(ticket)
+            self.release(ticket)
 
-    async def _acquire(self, tenant: str, priority: str, cost: int,
-                       timeout_s: float | None) -> Ticket:
+    async def acquire(self, tenant: str, priority: str = Priority.STANDARD, cost: int = 1,
+                      timeout_s: float | None = None) -> Ticket:
+        """`admit` for a holder that releases on its own: every ticket acquired must be
+        `release`d exactly once (the request path's RequestScope does it at close)."""
         if priority not in self.weights:
             raise ValueError(f"unknown priority {priority!r}; expected one of {list(self.weights)}")
         if self.depth >= self.max_queue and self._granted >= self.capacity:
@@ -261,7 +267,7 @@ class AdmissionPool:
         ticket.backend = backend_id
         self._bound[backend_id] = self._bound.get(backend_id, 0) + 1
 
-    def _release(self, ticket: Ticket) -> None:
+    def release(self, ticket: Ticket) -> None:
         held = self.clock() - ticket.granted_at
         self._hold_ewma_s = 0.9 * self._hold_ewma_s + 0.1 * held
         self._release_slot(ticket.backend)

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from common import tracing
-from common.logging_setup import configure_logging
+from common.logging_setup import configure_logging, write_info
 
 LOGGER = logging.getLogger("inferplane.test.logging")
 
@@ -192,3 +192,53 @@ def test_records_skip_the_fields_no_line_carries(log_lines):
         0, None, None, None)
     assert {k: lines()[-1][k] for k in ("msg", "request_id", "status")} == {
         "msg": "request finished", "request_id": "r1", "status": 200}
+
+
+FIELDS = {"request_id": "req-7", "model": "m", "status": 200, "backend": "b1", "tokens": 9,
+          "latency_ms": 3.5, "api_key": "ip-secret"}
+
+
+def test_write_info_writes_the_line_logger_info_would(log_lines):
+    configure, lines = log_lines
+    configure()
+    LOGGER.info("request finished", extra=FIELDS)
+    write_info(LOGGER, "request finished", FIELDS)
+    through_logging, direct = lines()
+    assert through_logging.pop("ts")[:10] == direct.pop("ts")[:10]
+    assert direct == through_logging and "api_key" not in direct
+
+
+def test_write_info_gives_a_handler_not_ours_its_record(log_lines, caplog):
+    configure, lines = log_lines
+    configure()
+    with caplog.at_level(logging.INFO, logger=LOGGER.name):
+        write_info(LOGGER, "request finished", FIELDS)
+    assert [r.request_id for r in caplog.records] == ["req-7"]
+    assert [line["request_id"] for line in lines()] == ["req-7"]
+
+
+def test_write_info_applies_a_filter_on_the_way(log_lines):
+    configure, lines = log_lines
+    configure()
+    LOGGER.addFilter(logging.Filter("somewhere.else"))
+    try:
+        write_info(LOGGER, "filtered out", FIELDS)
+    finally:
+        LOGGER.filters.clear()
+    write_info(LOGGER, "written", FIELDS)
+    assert [line["msg"] for line in lines()] == ["written"]
+
+
+def test_write_info_respects_levels(log_lines):
+    configure, lines = log_lines
+    configure(level="WARNING")
+    write_info(LOGGER, "request finished", FIELDS)
+    logging.getLogger().setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.WARNING)
+    try:
+        write_info(LOGGER, "below the handler's level", FIELDS)
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(logging.NOTSET)
+    assert lines() == []
