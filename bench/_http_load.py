@@ -16,6 +16,7 @@ import asyncio
 import json
 import sys
 import time
+from collections import deque
 from urllib.parse import urlsplit
 
 import orjson
@@ -49,16 +50,19 @@ async def read_response(reader: asyncio.StreamReader) -> int:
 
 
 class Pool:
-    """Idle keep-alive connections, most recently used first."""
+    """Idle keep-alive connections, most recently used first (as HTTP clients' pools reuse
+    them: a few hot connections carry the load, so a multi-worker server's split between its
+    workers is up to where those few landed), or with `spread` least recently used first
+    (every warm connection in turn, as many separate clients would)."""
 
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    def __init__(self, host: str, port: int, spread: bool = False):
+        self.host, self.port, self.spread = host, port, spread
+        self.idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = deque()
 
     async def call(self, request: bytes) -> int:
         while True:   # idle connections the server closed meanwhile are dropped, not errors
             fresh = not self.idle
-            conn = self.idle.pop() if self.idle else await asyncio.open_connection(
+            conn = self._take() if self.idle else await asyncio.open_connection(
                 self.host, self.port)
             try:
                 conn[1].write(request)
@@ -70,6 +74,9 @@ class Pool:
                 continue
             self.idle.append(conn)
             return status
+
+    def _take(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return self.idle.popleft() if self.spread else self.idle.pop()
 
     async def warm(self, request: bytes, n: int) -> None:
         await asyncio.gather(*(self.call(request) for _ in range(n)))
@@ -118,7 +125,7 @@ async def main_async(args) -> dict:
     body = {"model": args.model, "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 4, "stream": args.stream}
     host, port, request = build_request(args.url, body, args.key)
-    pool = Pool(host, port)
+    pool = Pool(host, port, spread=args.spread)
     try:
         await pool.warm(request, args.warm)
         return await open_loop(pool, request, args.rate, args.duration)
@@ -135,6 +142,8 @@ def main() -> None:
     parser.add_argument("--key", default=None)
     parser.add_argument("--model", default="mock")
     parser.add_argument("--warm", type=int, default=16, help="connections opened before timing")
+    parser.add_argument("--spread", action="store_true",
+                        help="use every warm connection in turn instead of the hottest first")
     args = parser.parse_args()
     import uvloop
     result = json.dumps(uvloop.run(main_async(args))).encode() + b"\n"

@@ -2,14 +2,20 @@
 
     inferplane bench gateway_peers [--duration 8] [--rate 300] [--peers-dir /work/peers-cache]
         [--ramp 100,200,400,600,800,1000,1500,2000] [--only inferplane,inferplane-tuned,vllm-router,litellm]
-        [--workers 1]
+        [--workers 1] [--spread]
 
 For each gateway and mode (stream / non-stream): the latency it adds over calling the mock
 directly (P50/P99 at --rate, same open-loop generator), its CPU time per proxied request, and
 the highest rate of the --ramp held with P99 ≤ 1 s and under 1% errors. Ratios are printed
-against Inferplane. Peers run from their own virtual environments under --peers-dir
-(`router/bin/vllm-router`, `litellm/bin/litellm`; `bash bench/install_peers.sh` installs them); a peer
-whose install is missing is reported as skipped, not failed. A PNG bar chart of the held rates
+against Inferplane. The CPU of a multi-process gateway is also given per process, busiest
+first: the load generator reuses its hottest connections as HTTP clients' pools do, so how the
+work splits between workers (and with it the CPU a request costs, which is lower when one
+worker's loop takes most of it) is up to where those few landed; `--spread` sends over every
+warm connection in turn instead, as many separate clients would (16 connections, which the
+kernel still spreads over the workers' sockets by a hash, not evenly). Peers run from their
+own virtual environments under --peers-dir (`router/bin/vllm-router`, `litellm/bin/litellm`;
+`bash bench/install_peers.sh` installs them); a peer whose install is missing is reported as
+skipped, not failed. A PNG bar chart of the held rates
 and added latency goes beside the JSON result under bench/results/.
 """
 from __future__ import annotations
@@ -54,22 +60,32 @@ def start(cmd: list[str], health: str, log: Path, env: dict | None = None,
     raise RuntimeError(f"{cmd[0]} did not become healthy in {timeout:.0f} s; see {log}")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a process and its children (LiteLLM and the router may fork workers)."""
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of a process and each of its children, by pid (LiteLLM and the router may
+    fork workers; Inferplane's `up --workers N` does)."""
     proc = psutil.Process(pid)
-    total = 0.0
+    out = {}
     for p in [proc, *proc.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            out[p.pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
 
 
-def load(url: str, rate: float, duration: float, stream: bool, key: str) -> dict:
+def cpu_by_process(before: dict[int, float], after: dict[int, float], sent: int) -> list[float]:
+    """ms a request each process spent, busiest first: how a multi-process gateway's work was
+    split (a client that reuses its hottest connections can leave one worker most of it)."""
+    spent = [(t - before.get(pid, 0.0)) * 1000 / max(1, sent) for pid, t in after.items()]
+    return sorted((round(x, 3) for x in spent if x >= 0.001), reverse=True)
+
+
+def load(url: str, rate: float, duration: float, stream: bool, key: str,
+         spread: bool = False) -> dict:
     args = [sys.executable, str(BENCH / "_http_load.py"), "--url", url, "--rate", str(rate),
-            "--duration", str(duration), "--key", key] + (["--stream"] if stream else [])
+            "--duration", str(duration), "--key", key] + (["--stream"] if stream else []) + \
+        (["--spread"] if spread else [])
     try:
         out = subprocess.run(args, capture_output=True, text=True, check=True,
                              timeout=duration * 10 + 60)
@@ -142,11 +158,12 @@ def gateways(peers: Path, engine_port: int, logs: Path, workers: int = 1) -> dic
     }
 
 
-def held_rate(url: str, stream: bool, key: str, ramp: list[float], duration: float) -> dict:
+def held_rate(url: str, stream: bool, key: str, ramp: list[float], duration: float,
+              spread: bool = False) -> dict:
     """The highest ramp rate served with P99 ≤ 1 s and < 1% errors (and where it broke)."""
     held, broke = 0.0, None
     for rate in ramp:
-        r = load(url, rate, duration, stream, key)
+        r = load(url, rate, duration, stream, key, spread)
         p99 = pct(r["latencies"], 0.99) / 1000
         if r["errors"] > 0.01 * r["sent"] or p99 > HELD_P99_S or not r["latencies"]:
             broke = {"rate": rate, "p99_s": p99, "errors": r["error_kinds"]}
@@ -161,19 +178,22 @@ def measure(name: str, spec: dict, direct: dict, args) -> dict:
     for stream in (False, True):
         kind = "stream" if stream else "non_stream"
         load(url, min(args.rate, 50), 2, stream, spec["key"])   # warm-up (lazy imports)
-        cpu = tree_cpu_seconds(spec["proc"].pid)
-        r = load(url, args.rate, args.duration, stream, spec["key"])
-        cpu = tree_cpu_seconds(spec["proc"].pid) - cpu
+        before = tree_cpu(spec["proc"].pid)
+        r = load(url, args.rate, args.duration, stream, spec["key"], args.spread)
+        after = tree_cpu(spec["proc"].pid)
+        cpu = sum(t - before.get(pid, 0.0) for pid, t in after.items())
         d = direct[kind]
         out[kind] = {
             "added_p50_ms": pct(r["latencies"], 0.5) - pct(d["latencies"], 0.5),
             "added_p99_ms": pct(r["latencies"], 0.99) - pct(d["latencies"], 0.99),
             "cpu_ms_per_request": cpu * 1000 / max(1, r["sent"]),
+            "cpu_ms_by_process": cpu_by_process(before, after, r["sent"]),
             "errors": r["error_kinds"],
-            **held_rate(url, stream, spec["key"], args.ramp, args.duration)}
+            **held_rate(url, stream, spec["key"], args.ramp, args.duration, args.spread)}
+        split = "/".join(f"{x:.2f}" for x in out[kind]["cpu_ms_by_process"])
         print(f"{name:<12} {kind:<10} added P50 {out[kind]['added_p50_ms']:7.2f} ms  P99 "
               f"{out[kind]['added_p99_ms']:8.2f} ms  CPU {out[kind]['cpu_ms_per_request']:6.3f}"
-              f" ms/req  held {out[kind]['held_rps']:6.0f}/s", flush=True)
+              f" ms/req ({split})  held {out[kind]['held_rps']:6.0f}/s", flush=True)
     return out
 
 
@@ -225,7 +245,8 @@ def run(args) -> dict:
     results: dict = {}
     try:
         direct = {("stream" if s else "non_stream"): load(direct_url, args.rate, args.duration,
-                                                           s, SECRET) for s in (False, True)}
+                                                           s, SECRET, args.spread)
+                  for s in (False, True)}
         for name, spec in gateways(Path(args.peers_dir), engine_port, logs,
                                        args.workers).items():
             if args.only and name not in args.only:
@@ -268,6 +289,10 @@ def main() -> None:
     parser.add_argument("--output", default=None)
     parser.add_argument("--workers", type=int, default=1,
                         help="Inferplane gateway processes (vllm-router uses its own threads)")
+    parser.add_argument("--spread", action="store_true",
+                        help="the load generator uses every warm connection in turn (as many "
+                             "clients would) instead of its hottest first: a multi-worker "
+                             "gateway's work is then split evenly")
     run(parser.parse_args())
 
 

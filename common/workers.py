@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, AsyncContextManager, Callable, Protocol, Sequence, TypeVar
 
 from prometheus_client import multiprocess, values
 
@@ -67,12 +67,17 @@ class SharedStore:
 
 
 def serve_workers(listeners: Sequence[L], serve_one: Callable[[L], int],
-                  store: SharedStore | None, replace: bool = False) -> int:
+                  store: SharedStore | None, replace: bool = False,
+                  alongside: Callable[[], AsyncContextManager] | None = None) -> int:
     """Fork one process per listener that runs `serve_one(listener)`; supervise them until all
     exit. With `replace`, a worker that dies is forked again on its listener (from this
-    process, still clean)."""
+    process, still clean). `alongside()` is an async context this process holds while the
+    workers serve: entered once all are forked, left once the last has exited (the
+    standalone gateway's writer of the usage its workers hand off)."""
     if not listeners:
         raise ValueError("serve_workers needs at least one listener")
+    if replace and alongside is not None:   # a replacement would inherit its connections
+        raise ValueError("serve_workers: `alongside` runs only where workers are not replaced")
     store_dir = tempfile.mkdtemp(prefix="inferplane-limits-") if store else None
     store_sock = _store_socket(store_dir, store.env) if store else None
     metrics_dir = _shared_metrics_dir()
@@ -84,7 +89,8 @@ def serve_workers(listeners: Sequence[L], serve_one: Callable[[L], int],
         pids[new] = listener
         return new
     try:
-        return asyncio.run(_supervise(list(pids), store, store_sock, spawn if replace else None))
+        return asyncio.run(_supervise(list(pids), store, store_sock, spawn if replace else None,
+                                      alongside))
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         if store_dir:
@@ -136,11 +142,21 @@ def _store_socket(store_dir: str, env: str) -> socket.socket:
 
 
 async def _supervise(pids: list[int], store: SharedStore | None, store_sock: socket.socket | None,
-                     spawn: Callable[[int], int] | None = None) -> int:
+                     spawn: Callable[[int], int] | None = None,
+                     alongside: Callable[[], AsyncContextManager] | None = None) -> int:
     owner = None
     if store is not None and store_sock is not None:
         owner = store.owner(store_sock.getsockname())
         await owner.start(sock=store_sock)
+    try:
+        async with alongside() if alongside is not None else contextlib.nullcontext():
+            return await _watch_workers(pids, spawn)
+    finally:
+        if owner is not None:
+            await owner.close()
+
+
+async def _watch_workers(pids: list[int], spawn: Callable[[int], int] | None) -> int:
     exits: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
     live = {pid: time.monotonic() for pid in pids}   # pid -> when it was started
     for pid in pids:
@@ -156,30 +172,26 @@ async def _supervise(pids: list[int], store: SharedStore | None, store_sock: soc
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
     codes = []
-    try:
-        while live:
-            pid, code = await exits.get()
-            short_lived = time.monotonic() - live.pop(pid) < MIN_UPTIME_S
-            if stopping:
-                codes.append(code)
-                continue
-            # A worker that keeps dying at start would be forked forever: give up after a few.
-            failed_starts = failed_starts + 1 if short_lived else 0
-            if spawn is not None and failed_starts < MAX_FAILED_STARTS:
-                new = spawn(pid)
-                live[new] = time.monotonic()
-                watch_exit(new, lambda code, pid=new: exits.put_nowait((pid, code)))
-                log.error("gateway worker %d exited with %d: started worker %d in its place",
-                          pid, code, new)
-                continue
-            # A worker ended by itself: end the gateway, not a part of it.
-            log.error("gateway worker %d exited with %d: stopping the others", pid, code)
+    while live:
+        pid, code = await exits.get()
+        short_lived = time.monotonic() - live.pop(pid) < MIN_UPTIME_S
+        if stopping:
             codes.append(code)
-            stopping = True
-            _signal_all(list(live), signal.SIGTERM)
-    finally:
-        if owner is not None:
-            await owner.close()
+            continue
+        # A worker that keeps dying at start would be forked forever: give up after a few.
+        failed_starts = failed_starts + 1 if short_lived else 0
+        if spawn is not None and failed_starts < MAX_FAILED_STARTS:
+            new = spawn(pid)
+            live[new] = time.monotonic()
+            watch_exit(new, lambda code, pid=new: exits.put_nowait((pid, code)))
+            log.error("gateway worker %d exited with %d: started worker %d in its place",
+                      pid, code, new)
+            continue
+        # A worker ended by itself: end the gateway, not a part of it.
+        log.error("gateway worker %d exited with %d: stopping the others", pid, code)
+        codes.append(code)
+        stopping = True
+        _signal_all(list(live), signal.SIGTERM)
     code = next((c for c in codes if c), 0)
     return code if code >= 0 else 128 - code   # killed by signal N: the shell's 128 + N
 

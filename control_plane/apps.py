@@ -97,8 +97,9 @@ async def usage_to_sql(app, sessions, settings: Settings, hand_off: bool = False
 
 @contextlib.asynccontextmanager
 async def usage_from_workers(sessions, settings: Settings):
-    """The control plane of `up --workers N` writes the usage its workers hand off, until the
-    block exits (after the workers stopped: their last segments are written then)."""
+    """The control plane of `up --workers N` (or the supervisor of `gateway --workers N`)
+    writes the usage its workers hand off, until the block exits (after the workers stopped:
+    their last segments are written then)."""
     from control_plane.usage_sink import sql_usage_collector
 
     spool = usage_spool(settings)
@@ -114,6 +115,20 @@ async def usage_from_workers(sessions, settings: Settings):
         await collector.close()
 
 
+@contextlib.asynccontextmanager
+async def usage_from_gateway_workers(settings: Settings):
+    """`usage_from_workers` for the supervisor of `gateway --workers N`, on a database
+    connection of its own (opened after the fork, so no worker shares it)."""
+    from registry.db import make_session_factory
+
+    sessions = make_session_factory(settings.resolved_database_url())
+    try:
+        async with usage_from_workers(sessions, settings) as collector:
+            yield collector
+    finally:
+        sessions.kw["bind"].dispose()
+
+
 def _body_retention_s(settings: Settings) -> float:
     return settings.guardrails.body_retention_days * 86400
 
@@ -124,8 +139,10 @@ def allowlist(settings: Settings):
     return BackendAllowlist.from_networks(settings.backends.allowed_networks)
 
 
-async def serve_gateway(settings: Settings, sock, link=None) -> None:
-    """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`."""
+async def serve_gateway(settings: Settings, sock, link=None, hand_off_usage: bool = False) -> None:
+    """One gateway process; with `link` (an up_workers.ControlPlaneLink) a worker of `up`.
+    A worker of `up`, or of `gateway --workers N` (`hand_off_usage`), spools its usage for
+    the process above it to write (usage_from_workers)."""
     from control_plane.snapshots import SnapshotSource
     from registry.db import make_session_factory
 
@@ -144,7 +161,8 @@ async def serve_gateway(settings: Settings, sock, link=None) -> None:
         app = create_gateway_app(gateway_settings(settings), snapshots, cold_starter=cold_starter,
                                  sessions=sessions)
         front = link.front(app, cold_starter) if link is not None else contextlib.nullcontext(app)
-        async with usage_to_sql(app, sessions, settings, hand_off=link is not None), \
+        async with usage_to_sql(app, sessions, settings,
+                                hand_off=hand_off_usage or link is not None), \
                 front as served:
             await uvicorn_server(served, settings).serve(sockets=[sock])
     finally:
@@ -206,5 +224,5 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str],
 
 
 __all__ = ["allowlist", "analysis_source", "control_plane_app", "gateway_settings", "mlflow_sync",
-           "mount_control_plane", "on_registry_change", "serve_gateway", "usage_from_workers",
-           "usage_spool", "usage_to_sql"]
+           "mount_control_plane", "on_registry_change", "serve_gateway",
+           "usage_from_gateway_workers", "usage_from_workers", "usage_spool", "usage_to_sql"]

@@ -9,7 +9,7 @@ import asyncio
 
 from control_plane.apps import (allowlist, analysis_source, control_plane_app, gateway_settings,
                                  mlflow_sync, mount_control_plane, on_registry_change,
-                                 serve_gateway, usage_to_sql)
+                                 serve_gateway, usage_from_gateway_workers, usage_to_sql)
 from control_plane.fleet import prepare_database, running_fleet, say
 from control_plane.server_process import configure_engine_keys, listen, run, uvicorn_server
 from control_plane.settings import Settings
@@ -70,8 +70,10 @@ def run_gateway(settings: Settings, workers: int = 1) -> int:
     if workers > 1:   # limits stay exact: in Redis, or in one store the supervisor serves
         from common.workers import serve_workers
         from gateway.limits.shared import limits_store
-        return serve_workers(socks, lambda sock: run(serve_gateway(settings, sock)),
-                             None if settings.redis_url else limits_store())
+        return serve_workers(socks,
+                             lambda sock: run(serve_gateway(settings, sock, hand_off_usage=True)),
+                             None if settings.redis_url else limits_store(),
+                             alongside=lambda: usage_from_gateway_workers(settings))
     return run(serve_gateway(settings, socks[0]))
 
 

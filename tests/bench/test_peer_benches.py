@@ -34,6 +34,11 @@ def test_gateway_peers_measures_inferplane(tmp_path):
             assert results[name][mode]["errors"] == {}, (name, results[name][mode])
             assert results[name][mode]["cpu_ms_per_request"] > 0
             assert results[name][mode]["held_rps"] == 50.0
+    # `up --workers 2`: its own process and both workers served, each in the split
+    split = results["inferplane"]["non_stream"]["cpu_ms_by_process"]
+    assert len(split) >= 3 and split == sorted(split, reverse=True)
+    assert abs(sum(split) - results["inferplane"]["non_stream"]["cpu_ms_per_request"]) \
+        < 0.01 * len(split)
 
 
 def test_routing_peers_compares_strategies():

@@ -4,6 +4,7 @@ HTTP in front of the simulated builtin engine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,40 +31,48 @@ def _config(work, engine_port: int):
                         "null", engine_port)
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
+@contextlib.contextmanager
+def running_gateway(work, *key_args: str):
+    """`gateway --workers 2` on a migrated SQLite registry: (base URL, a key's secret, the
+    supervisor's process, the session factory of that registry)."""
     from control_plane.bootstrap import register_models
     from control_plane.settings import load_settings
     from registry.db import make_session_factory
 
-    work = tmp_path_factory.mktemp("workers")
     engine_port, port = free_port(), free_port()
     config = _config(work, engine_port)
     cli("db", "upgrade", "--config", str(config))
-    secret = cli("keys", "create", "--name", "w", "--rpm-limit", str(RPM), "--config",
+    secret = cli("keys", "create", "--name", "w", *key_args, "--config",
                  str(config)).strip().splitlines()[-1]
-    settings = load_settings(config)
-    register_models(make_session_factory(settings.resolved_database_url()), settings)
+    sessions = make_session_factory(load_settings(config).resolved_database_url())
+    register_models(sessions, load_settings(config))
     engine = start_sim_engine(engine_port, work / "engine.log")
     proc = start_process(["-m", "control_plane", "gateway", "--config", str(config), "--port",
                           str(port), "--workers", str(WORKERS)], log_path=work / "gateway.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
-        yield f"http://127.0.0.1:{port}", secret, proc
+        yield f"http://127.0.0.1:{port}", secret, proc, sessions
     finally:
         stop_process(proc)
         stop_process(engine)
+        sessions.kw["bind"].dispose()
 
 
-async def _fire(base: str, secret: str, n: int) -> list[int]:
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with running_gateway(tmp_path_factory.mktemp("workers"), "--rpm-limit", str(RPM)) as (
+            base, secret, proc, _):
+        yield base, secret, proc
+
+
+async def _fire(base: str, secret: str, n: int) -> list[httpx.Response]:
     """n concurrent requests, each on a connection of its own (so both workers get some)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
-    async def one() -> int:
+    async def one() -> httpx.Response:
         async with httpx.AsyncClient(base_url=base, timeout=60, trust_env=False) as client:
-            r = await client.post("/v1/chat/completions", json=body,
-                                  headers={"authorization": f"Bearer {secret}"})
-            return r.status_code
+            return await client.post("/v1/chat/completions", json=body,
+                                     headers={"authorization": f"Bearer {secret}"})
     return await asyncio.gather(*(one() for _ in range(n)))
 
 
@@ -72,7 +81,7 @@ def test_two_workers_enforce_one_rpm_limit_exactly(gateway):
     workers = psutil.Process(proc.pid).children()
     assert len(workers) == WORKERS and all(w.is_running() for w in workers)
     before = [w.cpu_times().user + w.cpu_times().system for w in workers]
-    codes = asyncio.run(_fire(base, secret, 3 * RPM))
+    codes = [r.status_code for r in asyncio.run(_fire(base, secret, 3 * RPM))]
     assert sorted(set(codes)) == [200, 429], codes
     assert codes.count(200) == RPM, codes   # per-worker stores would admit up to 2 * RPM
     after = [w.cpu_times().user + w.cpu_times().system for w in workers]
@@ -86,6 +95,27 @@ def test_stopping_the_supervisor_stops_every_worker(gateway):
     assert proc.wait(timeout=30) == 0
     gone, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
+
+
+def test_the_supervisor_writes_the_usage_its_workers_hand_off(tmp_path):
+    """The workers only spool their usage; the supervisor writes it, a SIGKILLed worker's
+    unhanded records included (the others are stopped then, and the supervisor writes what
+    is left before it exits): every answered request reaches the request log once."""
+    from sqlalchemy import select
+
+    from registry.orm.request_log import RequestLog
+
+    with running_gateway(tmp_path) as (base, secret, proc, sessions):
+        answers = asyncio.run(_fire(base, secret, 24))
+        assert [r.status_code for r in answers] == [200] * 24
+        victim = psutil.Process(proc.pid).children()[0]
+        victim.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=60) != 0   # a worker ended: the gateway stops
+        with sessions() as s:
+            logged = list(s.scalars(select(RequestLog.request_id)))
+    answered = {r.headers["x-request-id"] for r in answers}
+    assert sorted(logged) == sorted(answered)
+    assert not list((tmp_path / "data" / "usage-spool").glob("*.jsonl")), "all written"
 
 
 async def _shared_budget_race(path: str) -> list[bool]:
