@@ -14,6 +14,12 @@ across workers: N workers enforce one limit exactly, as one process does.
 Wire format: one orjson array per line, `[id, op, *args]` -> `[id, result]`, pipelined on
 one connection per worker and per store. Times travel with each request (now_ms, the hold
 expiry), so the store runs on the workers' clocks exactly as the in-process classes do.
+
+A TPM correction after a request (`adjust`) needs no answer: it is sent one-way (`[null, op,
+*args]`, no reply) and leaves with the worker's next call on that connection, or within
+ONE_WAY_DELAY_S when none comes. Under load that halves the messages a request costs the
+store's process (each wakes it); the worker's own later calls see the correction first (one
+connection, in order), other workers' within ONE_WAY_DELAY_S, as with any in-flight request.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from gateway.limits.window import RawResult, WindowStore
 log = logging.getLogger("inferplane.gateway")
 SOCKET_ENV = "INFERPLANE_LIMITS_SOCKET"
 STREAM_LIMIT = 1 << 20   # a request names a few counters; a line this long is a broken peer
+ONE_WAY_DELAY_S = 0.02   # the longest a one-way message waits for a call to carry it
 
 
 class _Settled(InMemorySpendTracker):
@@ -114,7 +121,8 @@ class LimitsOwner:
                 except Exception as exc:   # a bad call must not stop the store for everyone
                     log.exception("limits store: %s failed", op)
                     reply = [call_id, None, repr(exc)]
-                writer.write(orjson.dumps(reply) + b"\n")
+                if call_id is not None:   # one-way messages get no reply
+                    writer.write(orjson.dumps(reply) + b"\n")
         except (ConnectionError, asyncio.IncompleteReadError, orjson.JSONDecodeError):
             pass
         finally:
@@ -122,7 +130,8 @@ class LimitsOwner:
 
 
 class StoreClient:
-    """One pipelined connection to the owner; `await call(op, *args)` is its reply."""
+    """One pipelined connection to the owner; `await call(op, *args)` is its reply,
+    `send(op, *args)` a one-way message that leaves with the next call (module doc)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -131,14 +140,44 @@ class StoreClient:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task | None = None
         self._connecting: asyncio.Lock | None = None
+        self._outbox: list[bytes] = []   # one-way lines not sent yet
+        self._flush: asyncio.TimerHandle | None = None
 
     async def call(self, op: str, *args):
         writer = self._writer if self._writer is not None else await self._connect()
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = future
-        writer.write(orjson.dumps([call_id, op, *args]) + b"\n")
+        writer.write(self._take_outbox() + orjson.dumps([call_id, op, *args]) + b"\n")
         return await future
+
+    def send(self, op: str, *args) -> None:
+        self._outbox.append(orjson.dumps([None, op, *args]) + b"\n")
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(ONE_WAY_DELAY_S,
+                                                                self._flush_outbox)
+
+    def _take_outbox(self) -> bytes:
+        if not self._outbox:
+            return b""
+        lines = b"".join(self._outbox)
+        self._outbox.clear()
+        return lines
+
+    def _flush_outbox(self) -> None:
+        self._flush = None
+        if self._outbox:   # no call carried them: they go alone
+            asyncio.ensure_future(self._send_outbox())
+
+    async def _send_outbox(self) -> None:
+        try:
+            writer = self._writer if self._writer is not None else await self._connect()
+        except OSError as exc:   # the store is gone (the gateway is stopping): nothing to correct
+            log.warning("limits store unreachable, %d corrections dropped: %s",
+                        len(self._outbox), exc)
+            self._outbox.clear()
+            return
+        writer.write(self._take_outbox())
 
     async def _connect(self) -> asyncio.StreamWriter:
         self._connecting = self._connecting or asyncio.Lock()
@@ -172,6 +211,11 @@ class StoreClient:
             self._waiting.clear()
 
     async def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if self._outbox:
+            await self._send_outbox()
         if self._writer is not None:
             self._writer.close()
         if self._reader_task is not None:
@@ -194,7 +238,7 @@ class SharedRateLimiter(RateLimiter):
                                                  now_ms_from(self.clock)))
 
     async def _adjust(self, token_keys: list[str], bucket_ms: int, delta: int) -> None:
-        await self.client.call("adjust", token_keys, bucket_ms, delta, now_ms_from(self.clock))
+        self.client.send("adjust", token_keys, bucket_ms, delta, now_ms_from(self.clock))
 
     async def close(self) -> None:
         await self.client.close()

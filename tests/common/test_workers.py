@@ -16,7 +16,8 @@ import pytest
 
 from common.workers import MAX_FAILED_STARTS
 from gateway.limits.budget import Budget
-from gateway.limits.shared import LimitsOwner, SharedRateLimiter, SharedSpendTracker
+from gateway.limits.shared import (ONE_WAY_DELAY_S, LimitsOwner, SharedRateLimiter,
+                                   SharedSpendTracker)
 from gateway.limits.types import Limit
 from tests.conftest import free_port, start_process, stop_process, wait_http
 from tests.e2e.multi_replica.conftest import MODEL, cli, start_sim_engine, write_config
@@ -138,6 +139,35 @@ async def _shared_budget_race(path: str) -> list[bool]:
         for t in trackers:
             await t.close()
         await owner.close()
+
+
+async def _tpm_corrections(path: str) -> list[bool]:
+    owner = LimitsOwner(path)
+    await owner.start()
+    a, b = SharedRateLimiter(path), SharedRateLimiter(path)   # two "workers"
+    tpm = [Limit("key", "t1", tpm=100)]
+    try:
+        first = await a.acquire(tpm, 100)            # the estimate takes the whole minute
+        full = not (await b.acquire(tpm, 1)).allowed
+        await a.reconcile(first.reservation, 10)     # 90 back, one-way: no call from a follows
+        await asyncio.sleep(ONE_WAY_DELAY_S * 5)
+        other_sees_it = (await b.acquire(tpm, 50)).allowed        # 10 + 50 used
+        second = await a.acquire(tpm, 40)                          # 100 used
+        await a.reconcile(second.reservation, 0)                   # 40 back, waiting in a
+        own_next_sees_it = (await a.acquire(tpm, 40)).allowed     # carried ahead of it
+        await a.reconcile(first.reservation, 0)      # settled already: nothing is sent twice
+        return [full, other_sees_it, second.allowed, own_next_sees_it,
+                not (await b.acquire(tpm, 1)).allowed]
+    finally:
+        await a.close()
+        await b.close()
+        await owner.close()
+
+
+def test_tpm_corrections_go_one_way_and_arrive_in_order(tmp_path):
+    """A refund after a request is not waited for: it rides ahead of the same worker's next
+    call, or goes alone within ONE_WAY_DELAY_S when no call comes; the limit stays exact."""
+    assert asyncio.run(_tpm_corrections(str(tmp_path / "limits.sock"))) == [True] * 5
 
 
 def test_shared_store_budget_holds_and_limits_are_exact(tmp_path):
