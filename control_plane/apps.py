@@ -199,7 +199,9 @@ async def control_plane_app(settings: Settings, gateway_metrics_urls: list[str],
     if not gateway_metrics_urls and settings.analysis.source == "direct":
         log.warning("gateway_metrics_urls is empty and analysis.source is direct: rollout "
                     "analysis has no gateway metrics (every measurement is inconclusive)")
-    sessions = prepare_database(settings)
+    # Off the event loop: a leader's lease is renewed on it, and migrations on a large
+    # database can outlast the lease (it would lapse mid-migration, and a standby lead).
+    sessions = await asyncio.to_thread(prepare_database, settings)
     snapshots = SnapshotSource(sessions, redis_url=settings.redis_url)
     async with running_fleet(settings, sessions, snapshots) as fleet:
         app = FastAPI(title="Inferplane control plane")

@@ -3,6 +3,7 @@ paused leader that finds its lease taken steps down, and a release never frees a
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -94,3 +95,33 @@ async def test_an_unreachable_redis_makes_the_leader_step_down(key):
     await asyncio.wait_for(unreachable.hold(), 3)
     await unreachable.redis.aclose()
     await leader.release()
+
+
+async def test_a_leader_keeps_its_lease_through_a_migration_longer_than_it(key, tmp_path,
+                                                                          monkeypatch):
+    """The control plane starts under the lease it just took: migrations slower than the
+    lease must not stop its renewals (they run off the event loop), or it would lapse, a
+    standby lead, and this one step down mid-start."""
+    from control_plane import apps
+    from control_plane.settings import load_settings
+
+    migrate = apps.prepare_database
+
+    def slow_migration(settings):
+        time.sleep(2.5)   # 2.5 leases
+        return migrate(settings)
+
+    monkeypatch.setattr(apps, "prepare_database", slow_migration)
+    config = tmp_path / "cp.yaml"
+    config.write_text(f"database_url: sqlite:///{tmp_path / 'ip.db'}\n"
+                      f"data_dir: {tmp_path / 'data'}\nmodels: []\n")
+    leader = lease(key)
+    assert await leader.try_acquire()
+    holding = asyncio.create_task(leader.hold())
+    try:
+        async with apps.control_plane_app(load_settings(config), []):
+            await asyncio.sleep(0.5)   # a renewal's time: one finding the lease gone returns
+            assert not holding.done(), "the lease was lost while the control plane started"
+    finally:
+        holding.cancel()
+        await leader.release()
