@@ -104,7 +104,10 @@ async def test_a_leader_keeps_its_lease_through_a_migration_longer_than_it(key, 
     standby lead, and this one step down mid-start."""
     from control_plane import apps
     from control_plane.settings import load_settings
+    from engine_adapter import engine_keys
 
+    # the app configures this process's engine-key secret: the tests after this one keep theirs
+    monkeypatch.setattr(engine_keys, "_secret", engine_keys._secret)
     migrate = apps.prepare_database
 
     def slow_migration(settings):
