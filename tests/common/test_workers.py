@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import httpx
 import psutil
 import pytest
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from common.metric_names import Metric
 from common.workers import MAX_FAILED_STARTS
 from gateway.limits.budget import Budget
 from gateway.limits.shared import (ONE_WAY_DELAY_S, LimitsOwner, SharedRateLimiter,
@@ -77,16 +84,32 @@ async def _fire(base: str, secret: str, n: int) -> list[httpx.Response]:
     return await asyncio.gather(*(one() for _ in range(n)))
 
 
+def _requests_counted_by(pid: int) -> float:
+    """The requests one worker answered, read from its own metric files (the supervisor's
+    shared directory holds one `counter_<pid>.db` per worker): exact, where the kernel's CPU
+    ticks miss a worker that answered a few cheap 429s."""
+    files = glob.glob(os.path.join(tempfile.gettempdir(), "inferplane-metrics-*",
+                                   f"counter_{pid}.db"))
+    with tempfile.TemporaryDirectory() as alone:
+        for path in files:
+            shutil.copy(path, alone)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=alone)
+        return sum(sample.value for family in registry.collect() for sample in family.samples
+                   if sample.name == Metric.REQUESTS.total)
+
+
 def test_two_workers_enforce_one_rpm_limit_exactly(gateway):
     base, secret, proc = gateway
     workers = psutil.Process(proc.pid).children()
     assert len(workers) == WORKERS and all(w.is_running() for w in workers)
-    before = [w.cpu_times().user + w.cpu_times().system for w in workers]
+    before = [_requests_counted_by(w.pid) for w in workers]
     codes = [r.status_code for r in asyncio.run(_fire(base, secret, 3 * RPM))]
     assert sorted(set(codes)) == [200, 429], codes
     assert codes.count(200) == RPM, codes   # per-worker stores would admit up to 2 * RPM
-    after = [w.cpu_times().user + w.cpu_times().system for w in workers]
-    assert all(b > a for a, b in zip(before, after)), "a worker served nothing"
+    served = [_requests_counted_by(w.pid) - b for w, b in zip(workers, before)]
+    assert sum(served) == 3 * RPM, served
+    assert all(n > 0 for n in served), f"a worker served nothing: {served}"
 
 
 def test_stopping_the_supervisor_stops_every_worker(gateway):
