@@ -23,6 +23,9 @@ passes, since blocks lie anywhere in the cache and the hardware prefetcher canno
 block table. On 2 AMX cores, batch 64 with contexts 100-600 in bfloat16 and K/V for 30 layers
 (so read from memory, as in a step): 1.66 -> 1.32 ms a layer against the single pass with an
 online softmax before it (which had replaced a two-pass kernel that read every block twice).
+A bfloat16 query over a bfloat16 cache is read and answered in place on that path (no
+float32 copies of q and of the output: 58 -> 26 us of fixed cost a call, ~1 ms of a step),
+with the same bits as the float32 route rounded back.
 Other shapes, float16 caches and CPUs without AVX-512 run the plain loops below.
 
 Built and cached by `cpu_extension.load_extension`; where no compiler works,

@@ -12,6 +12,12 @@ Defined in C++ (csrc/step_ops.cpp, TORCH_LIBRARY) the call stays in the dispatch
 packed copies live in kernels/packed_linear.py's table, which mirrors each entry into the
 C++ one (`packed_linear.attach_native_table`). Where no compiler works (or INFERPLANE_CPU_ATTENTION=0) the
 same ops are defined as Python custom ops, as they were before.
+
+The C++ store_kv copies each row straight to its slot (one memcpy a row, every slot checked
+first) when the rows are already in the cache's dtype and each row is one contiguous run,
+as K after rotary and V sliced out of the fused QKV output are; other rows take ATen's
+index_copy_. On 2 AMX cores, a 64-row decode step: 82 -> 25 us a call with index_copy_'s
+TensorIterator gone, ~2 ms of a step over 30 layers.
 """
 from __future__ import annotations
 

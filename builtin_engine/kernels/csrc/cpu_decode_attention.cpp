@@ -18,8 +18,9 @@
 template <typename T, int DIM>
 struct QueryRow {
   __m512 v[DIM / 16];
-  void load(const float* q) {
-    for (int c = 0; c < DIM / 16; ++c) v[c] = _mm512_loadu_ps(q + 16 * c);
+  template <typename Q>
+  void load(const Q* q) {
+    for (int c = 0; c < DIM / 16; ++c) v[c] = load16(q + 16 * c);
   }
   __m512 dot(const T* k) const {  // 16 partial sums of q . k
     __m512 a = _mm512_mul_ps(v[0], load16(k));
@@ -34,6 +35,9 @@ struct QueryRow<c10::BFloat16, DIM> {
   void load(const float* q) {
     for (int c = 0; c < DIM / 32; ++c)
       v[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 32 * c + 16), _mm512_loadu_ps(q + 32 * c));
+  }
+  void load(const c10::BFloat16* q) {  // already pairs of bfloat16
+    for (int c = 0; c < DIM / 32; ++c) v[c] = (__m512bh)_mm512_loadu_si512((const void*)(q + 32 * c));
   }
   __m512 dot(const c10::BFloat16* k) const {
     __m512 a = _mm512_setzero_ps();
@@ -92,9 +96,17 @@ static inline void prefetch_rows(const T* p, int64_t slot) {
 // wait in a per-thread buffer (GROUP x context floats).
 constexpr int64_t AHEAD = 3;  // blocks prefetched ahead (2-4 measured within 3%)
 
-template <typename T, int DIM, int GROUP>
-static void attend_head16(const float* qh, const T* kc, const T* vc, const int* table,
-                          int64_t len, int64_t kv_heads, int64_t h, float scale, float* out) {
+// 16 float32 lanes out as the query's type (bfloat16: round to nearest even, as `.to()` does).
+static inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+#ifdef __AVX512BF16__
+static inline void store16(c10::BFloat16* p, __m512 x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(x));
+}
+#endif
+
+template <typename T, int DIM, int GROUP, typename Q>
+static void attend_head16(const Q* qh, const T* kc, const T* vc, const int* table,
+                          int64_t len, int64_t kv_heads, int64_t h, float scale, Q* out) {
   constexpr int64_t BS = 16, VD = DIM / 16;
   const int64_t slot = kv_heads * DIM, blocks = (len + BS - 1) / BS, padded = blocks * BS;
   const auto rows = [&](const T* cache, int64_t blk) {  // this head's first row of a block
@@ -156,35 +168,36 @@ static void attend_head16(const float* qh, const T* kc, const T* vc, const int* 
   }
   for (int g = 0; g < GROUP; ++g)
     for (int64_t c = 0; c < VD; ++c)
-      _mm512_storeu_ps(out + g * DIM + 16 * c, _mm512_mul_ps(acc[g][c], _mm512_set1_ps(inv[g])));
+      store16(out + g * DIM + 16 * c, _mm512_mul_ps(acc[g][c], _mm512_set1_ps(inv[g])));
 }
 
-template <typename T>
-using Head16Fn = void (*)(const float*, const T*, const T*, const int*, int64_t, int64_t,
-                          int64_t, float, float*);
+template <typename T, typename Q>
+using Head16Fn = void (*)(const Q*, const T*, const T*, const int*, int64_t, int64_t, int64_t,
+                          float, Q*);
 
 // The vector path for these shapes, or nullptr (other block sizes, head sizes or groups;
 // float16 caches).
-template <typename T, int DIM>
-static Head16Fn<T> head16_for(int64_t bs, int64_t group) {
+template <typename T, int DIM, typename Q>
+static Head16Fn<T, Q> head16_for(int64_t bs, int64_t group) {
   if (DIM == 0 || bs != 16 || std::is_same<T, c10::Half>::value) return nullptr;
   constexpr int D = DIM > 0 ? DIM : 32;
   switch (group) {
-    case 1: return &attend_head16<T, D, 1>;
-    case 2: return &attend_head16<T, D, 2>;
-    case 3: return &attend_head16<T, D, 3>;
-    case 4: return &attend_head16<T, D, 4>;
+    case 1: return &attend_head16<T, D, 1, Q>;
+    case 2: return &attend_head16<T, D, 2, Q>;
+    case 3: return &attend_head16<T, D, 3, Q>;
+    case 4: return &attend_head16<T, D, 4, Q>;
     default: return nullptr;
   }
 }
 
 // One task per sequence, its KV heads in turn (tasks per (sequence, KV head) pair measured the
-// same); handed out one at a time, as contexts differ in length.
-template <typename T, int DIM>
-static bool attend_vector(const float* q, const T* kc, const T* vc, const int* tables,
-                          const int* lens, float* out, int64_t batch, int64_t width, int64_t bs,
+// same); handed out one at a time, as contexts differ in length. Q: the query's and the
+// output's type (float32, or a bfloat16 model's own rows, read and written without a copy).
+template <typename T, int DIM, typename Q>
+static bool attend_vector(const Q* q, const T* kc, const T* vc, const int* tables,
+                          const int* lens, Q* out, int64_t batch, int64_t width, int64_t bs,
                           int64_t kv_heads, int64_t group, float scale) {
-  const auto fn = head16_for<T, DIM>(bs, group);
+  const auto fn = head16_for<T, DIM, Q>(bs, group);
   if (fn == nullptr) return false;
   const int64_t heads = kv_heads * group, dim = DIM;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(at::get_num_threads())
@@ -262,6 +275,23 @@ static void attend(const float* q, const T* kc, const T* vc, const int* tables,
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+// A bfloat16 query straight into the vector path and its output straight out (no float32
+// copies of either: two ATen conversions a layer, ~2 ms of a 64-row step); false where that
+// path does not serve these shapes.
+template <typename T>
+static bool attend_bf16_query(const torch::Tensor& q, const T* kc, const T* vc,
+                              const int* tables, const int* lens, torch::Tensor& out,
+                              int64_t width, int64_t bs, int64_t kv_heads, float scale) {
+  const int64_t batch = q.size(0), group = q.size(1) / kv_heads, dim = q.size(2);
+  using B16 = c10::BFloat16;
+  auto run = dim == 64 ? attend_vector<T, 64, B16> : dim == 128 ? attend_vector<T, 128, B16>
+                                                                 : nullptr;
+  return run != nullptr && run(q.data_ptr<B16>(), kc, vc, tables, lens, out.data_ptr<B16>(),
+                               batch, width, bs, kv_heads, group, scale);
+}
+#endif
+
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                torch::Tensor block_tables, torch::Tensor seq_lens,
                                double scale) {
@@ -270,17 +300,30 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t bs = k_cache.size(1), kv_heads = k_cache.size(2);
   TORCH_CHECK(heads % kv_heads == 0 && k_cache.size(3) == dim, "head shapes disagree");
-  auto qf = q.to(torch::kFloat).contiguous();
   auto tables = block_tables.to(torch::kInt).contiguous();
   auto lens = seq_lens.to(torch::kInt).contiguous();
-  TORCH_CHECK(lens.min().item<int>() >= 1, "every row needs one context token or more");
+  const int* len = lens.data_ptr<int>();
+  TORCH_CHECK(std::all_of(len, len + lens.numel(), [](int n) { return n >= 1; }),
+              "every row needs one context token or more");
+  const float sc = static_cast<float>(scale);
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  if (q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16) {
+    auto qc = q.contiguous();
+    auto out = torch::empty_like(qc);
+    if (attend_bf16_query(qc, k_cache.data_ptr<c10::BFloat16>(),
+                          v_cache.data_ptr<c10::BFloat16>(), tables.data_ptr<int>(), len, out,
+                          tables.size(1), bs, kv_heads, sc))
+      return out;
+  }
+#endif
+  auto qf = q.to(torch::kFloat).contiguous();
   auto out = torch::empty({batch, heads, dim}, qf.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k_cache.scalar_type(), "attend", [&] {
     auto run = dim == 64 ? attend<scalar_t, 64> : dim == 128 ? attend<scalar_t, 128>
                                                                : attend<scalar_t, 0>;
     run(qf.data_ptr<float>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
-        tables.data_ptr<int>(), lens.data_ptr<int>(), out.data_ptr<float>(), batch,
-        tables.size(1), bs, kv_heads, heads / kv_heads, dim, static_cast<float>(scale));
+        tables.data_ptr<int>(), len, out.data_ptr<float>(), batch, tables.size(1), bs,
+        kv_heads, heads / kv_heads, dim, sc);
   });
   return out.to(q.scalar_type());
 }

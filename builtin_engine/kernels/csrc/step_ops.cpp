@@ -6,17 +6,70 @@
 // (remember / forget / set_row_cap) so the op finds them by the dense weight's address.
 #include <torch/extension.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+
+// Rows of `src` (n rows, each one contiguous run of `row` elements, `stride` elements apart)
+// into the slots of `cache` that `slots` [n] name. ATen's index_copy_ spent 46 us on a
+// 64-row decode step's K (or V) through TensorIterator, ~2.8 ms of the step over 30 layers;
+// a row is a few hundred contiguous bytes. The value rows are usually a slice of the fused
+// QKV projection's output, so rows need not be adjacent.
+template <typename I>
+static void copy_rows(const at::Tensor& src, int64_t row, int64_t stride, const at::Tensor& cache,
+                      const at::Tensor& slots) {
+  const int64_t n = slots.numel(), capacity = cache.size(0) * cache.size(1);
+  const int64_t size = src.element_size(), bytes = row * size;
+  const I* slot = slots.data_ptr<I>();
+  for (int64_t i = 0; i < n; ++i)  // all checked before any row is written
+    TORCH_CHECK(slot[i] >= 0 && slot[i] < capacity, "store_kv: slot ", slot[i],
+                " is outside the KV cache (", capacity, " slots)");
+  const char* from = static_cast<const char*>(src.data_ptr());
+  char* to = static_cast<char*>(cache.data_ptr());
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(to + slot[i] * bytes, from + i * stride * size, bytes);
+}
+
+// The elements of each row (dims 1..) as one contiguous run: the row stride, or -1.
+static int64_t row_stride(const at::Tensor& rows) {
+  int64_t expected = 1;
+  for (int64_t d = rows.dim() - 1; d >= 1; --d) {
+    if (rows.size(d) != 1 && rows.stride(d) != expected) return -1;
+    expected *= rows.size(d);
+  }
+  return rows.stride(0);
+}
+
+// The direct copy where it applies: CPU tensors, a contiguous cache, rows already in its
+// dtype, each row one contiguous run of a slot's elements.
+static bool store_rows(const at::Tensor& rows, const at::Tensor& cache, const at::Tensor& slots) {
+  const int64_t slot_elems = cache.size(2) * cache.size(3);
+  if (!(rows.is_cpu() && cache.is_cpu() && slots.is_cpu() && cache.is_contiguous() &&
+        slots.is_contiguous() && slots.dim() == 1 && rows.dim() >= 2 &&
+        rows.size(0) == slots.numel() && rows.scalar_type() == cache.scalar_type() &&
+        rows.numel() == slots.numel() * slot_elems))
+    return false;
+  const int64_t stride = row_stride(rows);
+  if (stride < 0) return false;
+  if (slots.scalar_type() == at::kLong) copy_rows<int64_t>(rows, slot_elems, stride, cache, slots);
+  else if (slots.scalar_type() == at::kInt) copy_rows<int32_t>(rows, slot_elems, stride, cache, slots);
+  else return false;
+  return true;
+}
 
 void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
               const at::Tensor& v_cache, const at::Tensor& slot_mapping) {
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, "caches [blocks, block_size, Hk, D]");
   const int64_t heads = k_cache.size(2), dim = k_cache.size(3);
-  k_cache.view({-1, heads, dim}).index_copy_(0, slot_mapping, key.to(k_cache.scalar_type()));
-  v_cache.view({-1, heads, dim}).index_copy_(0, slot_mapping, value.to(v_cache.scalar_type()));
+  if (!store_rows(key, k_cache, slot_mapping))
+    k_cache.view({-1, heads, dim})
+        .index_copy_(0, slot_mapping.to(at::kLong), key.to(k_cache.scalar_type()));
+  if (!store_rows(value, v_cache, slot_mapping))
+    v_cache.view({-1, heads, dim})
+        .index_copy_(0, slot_mapping.to(at::kLong), value.to(v_cache.scalar_type()));
 }
 
 namespace {

@@ -72,3 +72,19 @@ def test_slots_past_a_context_never_leak_in_even_when_they_hold_nan(dtype):
     out = torch.ops.inferplane.cpu_decode_attention(
         case.q, case.k_cache, case.v_cache, case.meta.block_tables, case.meta.seq_lens, scale)
     torch.testing.assert_close(out.float(), expected.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32)])
+def test_a_bfloat16_query_gives_what_its_float32_copy_gives(heads, kv_heads, head_dim):
+    # A bfloat16 query over a bfloat16 cache is read and answered in place (no float32 copies):
+    # the same bits as the float32 route rounded back, on the vector path and off it (dim 32).
+    case = make_case([1, 16, 19, 70, 301], [1] * 5, 16, heads, kv_heads, head_dim,
+                     dtype=torch.bfloat16)
+    args = (case.k_cache, case.v_cache, case.meta.block_tables, case.meta.seq_lens, 0.125)
+    direct = torch.ops.inferplane.cpu_decode_attention(case.q, *args)
+    via_float = torch.ops.inferplane.cpu_decode_attention(case.q.float(), *args)
+    assert direct.dtype == torch.bfloat16 and via_float.dtype == torch.float32
+    assert torch.equal(direct, via_float.to(torch.bfloat16))
+    strided = torch.ops.inferplane.cpu_decode_attention(
+        case.q.transpose(0, 1).contiguous().transpose(0, 1), *args)
+    assert torch.equal(direct, strided)

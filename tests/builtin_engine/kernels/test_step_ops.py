@@ -19,12 +19,16 @@ def _defined():
     assert cpu_decode_attention_available()
 
 
+# Rows in the cache's dtype with int32 or int64 slots take the direct copy; float32 rows into
+# a bfloat16 cache are cast first (ATen's index_copy_).
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
-def test_store_kv_writes_each_row_at_its_slot(cache_dtype):
+@pytest.mark.parametrize("rows_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("slots_dtype", [torch.int64, torch.int32])
+def test_store_kv_writes_each_row_at_its_slot(cache_dtype, rows_dtype, slots_dtype):
     k_cache = torch.zeros(4, 16, 2, 8, dtype=cache_dtype)
     v_cache = torch.zeros_like(k_cache)
-    key, value = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
-    slots = torch.tensor([5, 17, 63])
+    key, value = torch.randn(3, 2, 8, dtype=rows_dtype), torch.randn(3, 2, 8, dtype=rows_dtype)
+    slots = torch.tensor([5, 17, 63], dtype=slots_dtype)
     torch.ops.inferplane.store_kv(key, value, k_cache, v_cache, slots)
     flat_k, flat_v = k_cache.view(-1, 2, 8), v_cache.view(-1, 2, 8)
     assert torch.equal(flat_k[slots], key.to(cache_dtype))
@@ -32,6 +36,35 @@ def test_store_kv_writes_each_row_at_its_slot(cache_dtype):
     untouched = torch.ones(64, dtype=torch.bool)
     untouched[slots] = False
     assert flat_k[untouched].abs().sum() == 0 and flat_v[untouched].abs().sum() == 0
+
+
+@pytest.mark.parametrize("bad_slot", [64, -1])
+def test_store_kv_refuses_a_slot_outside_the_cache(bad_slot):
+    k_cache = torch.zeros(4, 16, 2, 8)
+    v_cache = torch.zeros_like(k_cache)
+    rows = torch.randn(2, 2, 8)
+    with pytest.raises(RuntimeError, match="outside the KV cache"):
+        torch.ops.inferplane.store_kv(rows, rows, k_cache, v_cache, torch.tensor([3, bad_slot]))
+    assert k_cache.abs().sum() == 0   # checked before any row is written
+
+
+@pytest.mark.parametrize("layout", ["slice of fused rows", "strided elements"])
+def test_store_kv_takes_rows_that_are_views_of_a_wider_tensor(layout):
+    k_cache = torch.zeros(4, 16, 2, 8)
+    v_cache = torch.zeros_like(k_cache)
+    if layout == "slice of fused rows":   # as V out of a fused QKV projection: rows apart
+        kv = torch.randn(3, 32)
+        key, value = kv[:, :16].view(3, 2, 8), kv[:, 16:].view(3, 2, 8)
+    else:                                 # no row one contiguous run: the index_copy_ route
+        kv = torch.randn(3, 2, 16)
+        key, value = kv[..., ::2], kv[..., 1::2]
+    slots = torch.tensor([1, 2, 40])
+    torch.ops.inferplane.store_kv(key, value, k_cache, v_cache, slots)
+    assert torch.equal(k_cache.view(-1, 2, 8)[slots], key)
+    assert torch.equal(v_cache.view(-1, 2, 8)[slots], value)
+    untouched = torch.ones(64, dtype=torch.bool)
+    untouched[slots] = False
+    assert k_cache.view(-1, 2, 8)[untouched].abs().sum() == 0
 
 
 @pytest.mark.skipif(not pl.packing_available(), reason="torch built without oneDNN")
