@@ -46,6 +46,7 @@ from prometheus_client import multiprocess, values
 from common.process_id import current_pid
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_DIR_PREFIX = "inferplane-metrics-"   # each run's directory: <tmp>/<prefix>XXXX
 
 log = logging.getLogger("inferplane.gateway")
 MIN_UPTIME_S = 5.0       # a replaced worker that lived less than this failed to start
@@ -122,7 +123,7 @@ def _fork(serve_one: Callable[[L], int], store_sock: socket.socket | None, liste
 def _shared_metrics_dir() -> str:
     """A fresh, empty directory for the workers' metric files (never a previous run's: its
     counters would be added to this one's), set in the environment the workers inherit."""
-    path = tempfile.mkdtemp(prefix="inferplane-metrics-")
+    path = tempfile.mkdtemp(prefix=METRICS_DIR_PREFIX)
     os.environ[MULTIPROC_ENV] = path
     # prometheus_client picks its value storage from the environment when it is first imported,
     # which here was before the variable was set: pick again so the workers' families use files.

@@ -142,6 +142,7 @@ class StoreClient:
         self._connecting: asyncio.Lock | None = None
         self._outbox: list[bytes] = []   # one-way lines not sent yet
         self._flush: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task] = set()   # the loop holds tasks only weakly
 
     async def call(self, op: str, *args):
         writer = self._writer if self._writer is not None else await self._connect()
@@ -167,7 +168,9 @@ class StoreClient:
     def _flush_outbox(self) -> None:
         self._flush = None
         if self._outbox:   # no call carried them: they go alone
-            asyncio.ensure_future(self._send_outbox())
+            task = asyncio.ensure_future(self._send_outbox())
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
     async def _send_outbox(self) -> None:
         try:

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from common.metric_names import Metric
-from common.workers import MAX_FAILED_STARTS
+from common.workers import MAX_FAILED_STARTS, METRICS_DIR_PREFIX
 from gateway.limits.budget import Budget
 from gateway.limits.shared import (ONE_WAY_DELAY_S, LimitsOwner, SharedRateLimiter,
                                    SharedSpendTracker)
@@ -88,7 +88,7 @@ def _requests_counted_by(pid: int) -> float:
     """The requests one worker answered, read from its own metric files (the supervisor's
     shared directory holds one `counter_<pid>.db` per worker): exact, where the kernel's CPU
     ticks miss a worker that answered a few cheap 429s."""
-    files = glob.glob(os.path.join(tempfile.gettempdir(), "inferplane-metrics-*",
+    files = glob.glob(os.path.join(tempfile.gettempdir(), f"{METRICS_DIR_PREFIX}*",
                                    f"counter_{pid}.db"))
     with tempfile.TemporaryDirectory() as alone:
         for path in files:
