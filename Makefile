@@ -23,7 +23,8 @@ serve: setup
 	$(VENV)/bin/inferplane up $(ARGS)
 
 # promtool and prometheus (Debian package `prometheus`) back the alert-rule tests; amtool and
-# alertmanager (`prometheus-alertmanager`) the alert-delivery tests.
+# alertmanager (`prometheus-alertmanager`) the alert-delivery tests; valgrind `bench
+# gateway_instructions` (and its test).
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -40,6 +41,11 @@ tools:
 	    echo "==> installing prometheus-alertmanager (amtool) from Debian packages"; \
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; \
 	  else echo "amtool missing: install the 'prometheus-alertmanager' package" >&2; exit 1; fi; }
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "==> installing valgrind (bench gateway_instructions) from Debian packages"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; \
+	  else echo "valgrind missing: install the 'valgrind' package" >&2; exit 1; fi; }
 
 test: setup tools
 	$(PY) -m pytest -q $(ARGS)

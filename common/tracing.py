@@ -225,5 +225,21 @@ def traceparent_of(span: trace.Span) -> str | None:
     ctx = span.get_span_context()
     if not ctx.is_valid:
         return None
-    return f"00-{trace.format_trace_id(ctx.trace_id)}-{trace.format_span_id(ctx.span_id)}-" \
-           f"{int(ctx.trace_flags):02x}"
+    return _traceparent(ctx)
+
+
+def _traceparent(ctx: trace.SpanContext) -> str:
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def trace_header_lines() -> bytes:
+    """`traceparent: ...\\r\\n` (and `tracestate: ...` when the trace has one) naming the
+    current span, for a request written by hand; b"" outside a trace. What the W3C propagator's
+    `inject` writes, without its carrier dict and context lookups on every engine call."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return b""
+    lines = f"traceparent: {_traceparent(ctx)}\r\n"
+    if ctx.trace_state:
+        lines += f"tracestate: {ctx.trace_state.to_header()}\r\n"
+    return lines.encode("latin-1")

@@ -14,10 +14,9 @@ from typing import AsyncIterator, Awaitable, Callable
 
 import httpx
 import orjson
-from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from common.error_codes import UpstreamErrorKind
+from common.tracing import trace_header_lines
 from engine_adapter.aiohttp_transport import AiohttpTransport
 from engine_adapter.base import EngineAdapter, EngineError, EngineStream, LoadView
 from engine_adapter.metrics_parse import parse_load
@@ -44,9 +43,6 @@ def create_http_client(max_connections: int = 2048, keepalive: int = 512,
     transport = AiohttpTransport(max_connections=max_connections, keepalive_expiry=30.0)
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, http1=True,
                              transport=transport, event_hooks=event_hooks)
-
-
-_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def _wire_of(client: httpx.AsyncClient) -> WirePool | None:
@@ -206,11 +202,9 @@ class OpenAIHTTPAdapter(EngineAdapter):
                 f"POST {self._target.prefix}{path} HTTP/1.1\r\nhost: {self._target.authority}"
                 f"\r\n" + "".join(f"{k}: {v}\r\n" for k, v in self._wire_headers.items())
                 + "content-length: ").encode("latin-1")
-        if not trace.get_current_span().get_span_context().is_valid:
+        extra = trace_header_lines()
+        if not extra:
             return head
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in carrier.items()).encode("latin-1")
         return head[:-len(b"content-length: ")] + extra + b"content-length: "
 
     async def _wire_send(self, path: str, payload: bytes, deadline: float,

@@ -48,14 +48,34 @@ def _closed_by_server(sock: socket.socket, wait_s: float) -> bool:
             return True
 
 
+NO_MODEL_BODY = b'{"model": "none", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def _chat_head(key: str, length: int, extra: bytes = b"") -> bytes:
+    """A chat request's head (connection: close), its body to follow."""
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
+            + key.encode() + b"\r\ncontent-type: application/json\r\n" + extra
+            + b"content-length: %d\r\nconnection: close\r\n\r\n" % length)
+
+
+def _read_to_close(sock: socket.socket, wait_s: float = 5.0) -> bytes:
+    sock.settimeout(wait_s)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _assert_model_not_found(data: bytes) -> None:
+    """The API answered (its 404 for an unknown model): the body was read whole."""
+    head, _, answer = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404") and b'"model_not_found"' in answer, data[:300]
+
+
 def _raw(base: str, request: bytes, wait_s: float = 10.0) -> bytes:
     with _connect(base) as sock:
         sock.sendall(request)
-        sock.settimeout(wait_s)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        return data
+        return _read_to_close(sock, wait_s)
 
 
 def test_idle_and_half_sent_connections_do_not_starve_the_server(up):
@@ -129,6 +149,18 @@ def test_request_bodies_are_bounded_and_timed(up):
     resp = httpx.post(base + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
                       json={"model": "none", "messages": [{"role": "user", "content": "hi"}]})
     assert resp.status_code == 404  # a normal-sized body still reaches the API
+
+
+def test_a_body_sent_after_its_headers_and_in_parts_is_read_whole(up):
+    """The body arrives after its headers (the read waits, under the stall timer) and in two
+    parts with a pause shorter than body_timeout_s between them: answered, not refused."""
+    base, key, _ = up
+    with _connect(base) as sock:
+        sock.sendall(_chat_head(key, len(NO_MODEL_BODY)))
+        for part in (NO_MODEL_BODY[:20], NO_MODEL_BODY[20:]):
+            time.sleep(0.6)
+            sock.sendall(part)
+        _assert_model_not_found(_read_to_close(sock))
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_limit():
@@ -237,17 +269,9 @@ async def test_a_head_and_its_body_leave_in_one_write():
 
 def test_a_client_waiting_for_100_continue_gets_it_and_then_its_answer(up):
     base, key, _ = up
-    body = b'{"model": "none", "messages": [{"role": "user", "content": "hi"}]}'
     with _connect(base) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-                     b"authorization: Bearer " + key.encode() + b"\r\n"
-                     b"content-type: application/json\r\nexpect: 100-continue\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        sock.sendall(_chat_head(key, len(NO_MODEL_BODY), b"expect: 100-continue\r\n"))
         sock.settimeout(5)
         assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
-        sock.sendall(body)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    head, _, answer = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 404") and b'"model_not_found"' in answer, data[:300]
+        sock.sendall(NO_MODEL_BODY)
+        _assert_model_not_found(_read_to_close(sock))

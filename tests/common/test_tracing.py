@@ -78,6 +78,24 @@ def test_inject_writes_the_current_span(spans):
     assert span_id == trace.format_span_id(ctx.span_id)
 
 
+@pytest.mark.parametrize("incoming", [
+    {"traceparent": TRACEPARENT},
+    {"traceparent": TRACEPARENT, "tracestate": "vendor=abc,other=1"},
+    {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}])   # not sampled: flags carried as 00
+def test_trace_header_lines_are_what_the_propagator_injects(spans, incoming):
+    with tracing.get_tracer().start_as_current_span(
+            "engine.call", context=tracing.extract_context(incoming)):
+        lines = tracing.trace_header_lines()
+        injected = tracing.inject_traceparent()
+    sent = dict(line.split(": ", 1) for line in lines.decode("latin-1").split("\r\n") if line)
+    assert sent == injected and sent["traceparent"].split("-")[1] == TRACE_ID
+    assert lines.endswith(b"\r\n")
+
+
+def test_no_trace_header_lines_outside_a_span(spans):
+    assert tracing.trace_header_lines() == b""
+
+
 def test_nothing_is_injected_outside_a_span(spans):
     assert tracing.inject_traceparent({"x": "1"}) == {"x": "1"}
     assert tracing.current_trace_id() is None
