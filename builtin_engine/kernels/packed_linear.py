@@ -14,6 +14,12 @@ level or faster. This is what inductor's weight freezing does for CPU linears, a
 CPU backend does with its oneDNN matmuls; here it is done once at load, so it also serves the
 eager prefill path and compiled decode graphs whose weights are inputs, not constants.
 
+On CPUs with AMX tiles the C++ op's table also gets a tile copy of each bfloat16 weight
+(`tile_copy`: 32-column blocks in the pair layout of the tile product) once it is attached
+(kernels/step_ops.py); the op multiplies up to 64 rows (32 against the LM head) through ATen's
+brgemm on it, without oneDNN's per-call cost (csrc/step_ops.cpp says what was measured). That
+is a third copy of the weights in memory (~270 MB for SmolLM2-135M in bfloat16).
+
 The packed copy is keyed by the dense weight's storage address, which stays put for the
 model's lifetime (the entry is dropped when the weight is freed); the dense weight is kept (LoRA merges, quantization and tests read it), so
 packing adds one copy of the projection weights to memory. Results differ from `F.linear`
@@ -33,6 +39,8 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 
 _PACKED: dict[int, torch.Tensor] = {}  # dense weight data_ptr -> its oneDNN packed copy
+_DENSE: dict[int, weakref.ref] = {}  # the same keys -> the dense weight, for its tile copy
+TILE_COLUMNS = 32  # columns of one block of a tile copy (step_ops.cpp's kTileColumns)
 _native = {"table": None}  # the C++ op's copy of _PACKED and of the row cap (step_ops.cpp)
 PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -54,28 +62,57 @@ def pack_weight(weight: torch.Tensor, batch_hint: int) -> bool:
         logger.debug("not packing a %s weight: %s", weight.dtype, exc)
         return False
     key = weight.data_ptr()
-    remember(key, packed)
+    remember(key, packed, weight)
     # A freed weight's address is reused by the next allocation: its entry must go with it.
     weakref.finalize(weight, _forget, key, packed)
     return True
 
 
-def remember(key: int, packed: torch.Tensor) -> None:
-    """Register `packed` as the copy of the weight at address `key` (here and in C++)."""
+def remember(key: int, packed: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+    """Register `packed` as the copy of the weight at address `key` (here and in C++), and
+    `weight`'s tile copy in C++ where the op takes one."""
     _PACKED[key] = packed
+    if weight is not None:
+        _DENSE[key] = weakref.ref(weight)
     if _native["table"] is not None:
         _native["table"].remember(key, packed)
+        _remember_tiles(_native["table"], key)
+
+
+def tile_copy(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` [N, K] as the C++ op's tile path reads it: each block of TILE_COLUMNS
+    columns one contiguous run of [K/2][TILE_COLUMNS][2] (a column's pair of bfloat16 a
+    32-bit word); None for weights that path does not take."""
+    if (weight.dtype != torch.bfloat16 or weight.dim() != 2 or not weight.is_contiguous()
+            or weight.shape[0] % TILE_COLUMNS or weight.shape[1] % 2):
+        return None
+    n, k = weight.shape
+    blocks = weight.detach().view(n // TILE_COLUMNS, TILE_COLUMNS, k // 2, 2)
+    return blocks.permute(0, 2, 1, 3).contiguous().view(-1)
+
+
+def _remember_tiles(module, key: int) -> None:
+    """The tile copy of the weight at `key` into the C++ table, on CPUs with AMX tiles (the
+    copy adds one more copy of the weight to memory; elsewhere nothing is made)."""
+    weight = _DENSE[key]() if key in _DENSE else None
+    if weight is None or not module.tiles_ready():
+        return
+    tiles = tile_copy(weight)
+    if tiles is not None:
+        module.remember_tiles(key, tiles)
 
 
 def _forget(key: int, packed: torch.Tensor) -> None:
     if _PACKED.get(key) is packed:
         del _PACKED[key]
+        _DENSE.pop(key, None)
     if _native["table"] is not None:
         _native["table"].forget(key, packed)
 
 
 def unpack_weight(weight: torch.Tensor) -> None:
     _PACKED.pop(weight.data_ptr(), None)
+    _DENSE.pop(weight.data_ptr(), None)
     if _native["table"] is not None:
         _native["table"].forget_any(weight.data_ptr())
 
@@ -87,6 +124,7 @@ def attach_native_table(module) -> None:
     if module is not None:
         for key, packed in _PACKED.items():
             module.remember(key, packed)
+            _remember_tiles(module, key)
         module.set_row_cap(_row_cap["rows"])
 
 

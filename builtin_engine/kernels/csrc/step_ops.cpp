@@ -1,11 +1,17 @@
 // The compiled step's two glue ops in C++ (kernels/step_ops.py says why), registered with
 // torch's dispatcher so that a graph's call reaches ATen without entering Python:
 //   inferplane::store_kv(key, value, k_cache!, v_cache!, slot_mapping)  K/V rows into the cache
-//   inferplane::packed_linear(x, weight)   x @ weight.T on weight's oneDNN packed copy, if any
-// The packed copies are those kernels/packed_linear.py made; it mirrors its table here
-// (remember / forget / set_row_cap) so the op finds them by the dense weight's address.
+//   inferplane::packed_linear(x, weight)   x @ weight.T on weight's tile copy (few rows, AMX) or
+//                                         its oneDNN packed copy, if it has one
+// The copies are those kernels/packed_linear.py made; it mirrors its table here
+// (remember / remember_tiles / forget / set_row_cap) so the op finds them by the dense
+// weight's address.
 #include <torch/extension.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUBlas.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <omp.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -77,6 +83,7 @@ namespace {
 struct PackedTable {
   std::shared_mutex lock;  // written at load and when a weight is freed, read every call
   std::unordered_map<int64_t, at::Tensor> copies;  // dense weight address -> packed copy
+  std::unordered_map<int64_t, at::Tensor> tiles;   // dense weight address -> tile copy
   std::atomic<int64_t> row_cap{512};
 };
 
@@ -96,6 +103,56 @@ at::Tensor packed_mm(const at::Tensor& x, const at::Tensor& packed) {
                  c10::string_view(""));
 }
 
+// ---- the tile path: few rows against a weight in AMX's pair layout ----------------------
+// oneDNN's `_linear_pointwise` spends 25-40 us a call outside its GEMM (primitive look-up,
+// attributes, output): on 2 AMX cores a 960 x 576 bfloat16 projection took 57-80 us at 1-64
+// rows where the GEMM itself ran ~25-40 us. A decode step makes 121 such calls. Here each
+// task is one 32-column block of the weight, stored as one contiguous run in the pair layout
+// the tile product reads ([K/2][32][2]: two bfloat16 of a column per 32-bit word), multiplied
+// by ATen's brgemm (oneDNN's AMX micro-kernel) into float32 and rounded to bfloat16 as it is
+// stored. Measured there (weights read from memory): 960 x 576 at 1 / 16 / 64 rows 60 / 57
+// / 80 -> 33 / 36 / 62 us, 576 x 1536 77 / 85 / 96 -> 47 / 50 / 79 us. Past 64 rows, and for
+// a wide weight (the LM head) past 32, oneDNN's blocking of the rows wins and is kept.
+constexpr int64_t kTileColumns = 32;
+constexpr int64_t kTileRowsMax = 64, kTileRowsWide = 32, kWideColumns = 8192;
+
+bool tiles_ready() { return at::native::cpublas::could_pack(at::kBFloat16); }
+
+static bool tile_path_serves(const at::Tensor& x, const at::Tensor& weight, int64_t rows) {
+  return x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+         rows >= 1 && rows <= (weight.size(0) > kWideColumns ? kTileRowsWide : kTileRowsMax);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+static at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& tiles, int64_t columns) {
+  using bf16 = c10::BFloat16;
+  const int64_t depth = x.size(-1), rows = x.numel() / depth, blocks = columns / kTileColumns;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = columns;
+  at::Tensor out = at::empty(shape, x.options());
+  const bf16* a = x.data_ptr<bf16>();
+  const bf16* b = tiles.data_ptr<bf16>();
+  bf16* o = out.data_ptr<bf16>();
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    thread_local std::vector<float> acc;
+    if (int64_t(acc.size()) < rows * kTileColumns) acc.resize(rows * kTileColumns);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      at::native::cpublas::brgemm(rows, kTileColumns, depth, depth, kTileColumns, kTileColumns,
+                                  false, a, b + blk * kTileColumns * depth, acc.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < kTileColumns; j += 16)
+          _mm256_storeu_si256(
+              reinterpret_cast<__m256i*>(o + r * columns + blk * kTileColumns + j),
+              (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc.data() + r * kTileColumns + j)));
+    }
+    at::native::cpublas::brgemm_release();
+  }
+  return out;
+}
+#endif
+
 }  // namespace
 
 void remember(int64_t key, at::Tensor packed) {
@@ -104,27 +161,47 @@ void remember(int64_t key, at::Tensor packed) {
 }
 
 // Drops the entry only if it still holds `packed`: the address may have been re-registered.
+// `tiles` [N/32 * K/2 * 32 * 2]: each 32-column block of the weight in the pair layout.
+void remember_tiles(int64_t key, at::Tensor tiles) {
+  std::unique_lock<std::shared_mutex> guard(table().lock);
+  table().tiles[key] = std::move(tiles);
+}
+
 void forget(int64_t key, const at::Tensor& packed) {
   std::unique_lock<std::shared_mutex> guard(table().lock);
   auto it = table().copies.find(key);
-  if (it != table().copies.end() && it->second.is_same(packed)) table().copies.erase(it);
+  if (it != table().copies.end() && it->second.is_same(packed)) {
+    table().copies.erase(it);
+    table().tiles.erase(key);
+  }
 }
 
 void forget_any(int64_t key) {
   std::unique_lock<std::shared_mutex> guard(table().lock);
   table().copies.erase(key);
+  table().tiles.erase(key);
 }
 
 void set_row_cap(int64_t rows) { table().row_cap.store(rows); }
 
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight) {
   const at::Tensor xc = x.contiguous();
-  at::Tensor packed;
+  const int64_t key = reinterpret_cast<int64_t>(weight.data_ptr());
+  const int64_t rows = xc.dim() >= 1 && xc.size(-1) > 0 ? xc.numel() / xc.size(-1) : 0;
+  at::Tensor packed, tiles;
   {
     std::shared_lock<std::shared_mutex> guard(table().lock);
-    auto it = table().copies.find(reinterpret_cast<int64_t>(weight.data_ptr()));
+    auto it = table().copies.find(key);
     if (it != table().copies.end()) packed = it->second;
+    if (tile_path_serves(xc, weight, rows)) {
+      auto t = table().tiles.find(key);
+      if (t != table().tiles.end()) tiles = t->second;
+    }
   }
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  if (tiles.defined() && tiles.numel() == weight.numel() && xc.size(-1) == weight.size(1))
+    return tile_linear(xc, tiles, weight.size(0));
+#endif
   if (!packed.defined() || xc.scalar_type() != weight.scalar_type() || xc.dim() < 1 ||
       xc.size(0) > table().row_cap.load(std::memory_order_relaxed) ||
       packed.sizes() != weight.sizes())
@@ -146,6 +223,8 @@ TORCH_LIBRARY_IMPL(inferplane, CompositeExplicitAutograd, m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("remember", &remember);
+  m.def("remember_tiles", &remember_tiles);
+  m.def("tiles_ready", &tiles_ready);
   m.def("forget", &forget);
   m.def("forget_any", &forget_any);
   m.def("set_row_cap", &set_row_cap);

@@ -94,6 +94,55 @@ def test_packed_linear_reads_the_registered_copy_until_it_is_forgotten():
     torch.testing.assert_close(torch.ops.inferplane.packed_linear(x, weight), want)
 
 
+def _tiles_ready() -> bool:
+    return pl._native["table"].tiles_ready()
+
+
+def test_a_tile_copy_holds_each_column_block_as_pairs_of_the_weight():
+    weight = torch.arange(64 * 6, dtype=torch.float32).view(64, 6).bfloat16()
+    tiles = pl.tile_copy(weight).view(2, 3, pl.TILE_COLUMNS, 2)  # [block][pair][column][2]
+    for block, pair, column in ((0, 0, 0), (1, 2, 31), (1, 1, 5)):
+        row = weight[block * pl.TILE_COLUMNS + column]
+        assert torch.equal(tiles[block, pair, column], row[2 * pair:2 * pair + 2])
+    assert pl.tile_copy(torch.zeros(48, 6, dtype=torch.bfloat16)) is None  # 48 % 32
+    assert pl.tile_copy(torch.zeros(64, 5, dtype=torch.bfloat16)) is None  # odd depth
+    assert pl.tile_copy(torch.zeros(64, 6)) is None  # float32: oneDNN's copy serves
+
+
+# On a CPU with AMX tiles a bfloat16 projection of up to 64 rows (32 for a weight wider than
+# 8192 columns) takes the tile copy; other row counts, and CPUs without tiles, oneDNN's copy.
+# A oneDNN copy of zeros registered over the real one shows which copy a call read.
+@pytest.mark.skipif(not pl.packing_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("columns, rows, tile_rows", [(96, 1, True), (96, 7, True),
+                                                      (96, 64, True), (96, 65, False),
+                                                      (8224, 32, True), (8224, 33, False)])
+def test_few_bfloat16_rows_take_the_tile_copy_where_the_cpu_has_tiles(columns, rows, tile_rows):
+    weight = torch.randn(columns, 64).bfloat16()
+    x = torch.randn(rows, 64).bfloat16()
+    want = F.linear(x.float(), weight.float())
+    assert pl.pack_weight(weight, batch_hint=8)
+    try:
+        got = torch.ops.inferplane.packed_linear(x, weight)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, columns)
+        torch.testing.assert_close(got.float(), want, rtol=1.6e-2, atol=2e-2)
+        pl.remember(weight.data_ptr(), torch.ops.mkldnn._reorder_linear_weight(
+            torch.zeros_like(weight), 8))
+        read_tiles = torch.ops.inferplane.packed_linear(x, weight).abs().max().item() > 0
+        assert read_tiles == (tile_rows and _tiles_ready())
+    finally:
+        pl.unpack_weight(weight)
+
+
+def test_a_forgotten_weight_leaves_no_tile_copy_behind():
+    weight = torch.randn(64, 64).bfloat16()
+    x = torch.randn(3, 64).bfloat16()
+    assert pl.pack_weight(weight, batch_hint=8)
+    pl.unpack_weight(weight)
+    with torch.no_grad():
+        weight.zero_()  # a tile copy left in the table would still give the old products
+    assert torch.ops.inferplane.packed_linear(x, weight).abs().max().item() == 0.0
+
+
 def test_the_ops_fakes_give_the_shapes_under_fake_tensor_mode():
     with FakeTensorMode():
         q = torch.empty(3, 9, 64)
