@@ -104,6 +104,11 @@ def ratios(rows: dict) -> list[str]:
             name, best = max(peers.items(), key=lambda kv: kv[1]["output_tokens_per_s"])
             ratio = default["output_tokens_per_s"] / best["output_tokens_per_s"]
             out.append(f"builtin default / {label}: {ratio:.2f}x ({name})")
+            mine, theirs = (default.get("rounds_output_tokens_per_s", ()),
+                            best.get("rounds_output_tokens_per_s", ()))
+            if len(mine) > 1 and len(mine) == len(theirs):
+                each = ", ".join(f"{a / b:.2f}x ({a:.0f} / {b:.0f})" for a, b in zip(mine, theirs))
+                out.append(f"  round by round: {each}")
     return out
 
 

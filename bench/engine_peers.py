@@ -2,7 +2,7 @@
 
     inferplane bench engine_peers [--num-requests 64] [--builtin default,float32,eager,int8]
                                   [--hf-subset 4] [--no-vllm] [--vllm-dtypes float32,bfloat16]
-                                  [--no-llama] [--plot-copy PATH]
+                                  [--no-llama] [--rounds 1] [--plot-copy PATH]
 
 Workload (seeded): --num-requests completions sent at once, prompts of 16-400 words of
 English prose, 32-160 output tokens each, greedy, ignore_eos, streamed. Every HTTP engine is
@@ -18,8 +18,10 @@ output tokens from the usage chunk) and stopped before the next starts:
 HF transformers generates --hf-subset requests one at a time in this process (after one
 warm-up request); its rate is extrapolated to the workload (said so in the table). Peers
 without an install are listed as skipped. The host may be shared: every figure is from this
-run, the load average is recorded, and the ratios are what compare. The plot goes to
-bench/results/ (and to --plot-copy).
+run, the load average is recorded, and the ratios are what compare. `--rounds N` runs every
+engine N times, taking turns (engine A, B, A, B, ...: a slow spell of the host then lands on
+both sides), and reports each engine's median round and the ratio of every round. The plot
+goes to bench/results/ (and to --plot-copy).
 """
 from __future__ import annotations
 
@@ -133,6 +135,15 @@ def serve_and_measure(name: str, launch: Launcher, items: list[dict], timeout: f
         engine.stop()
 
 
+def median_round(runs: list[dict]) -> dict:
+    """The run of median output rate (the lower middle of an even count), with every run's
+    rate beside it as `rounds_output_tokens_per_s`, in the order they ran."""
+    ranked = sorted(runs, key=lambda r: r["output_tokens_per_s"])
+    row = dict(ranked[(len(ranked) - 1) // 2])
+    row["rounds_output_tokens_per_s"] = [r["output_tokens_per_s"] for r in runs]
+    return row
+
+
 def hf_per_request(items: list[dict], subset: int, seed: int) -> dict:
     import torch
     model = c.load_hf()
@@ -167,12 +178,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-llama", action="store_true")
     p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every engine this many times, taking turns; medians reported")
     p.add_argument("--plot-copy", default=None, help="also copy the PNG here")
     p.add_argument("--output", default=None, help="JSON result path (default bench/results/)")
     args = p.parse_args(argv)
     unknown = set(args.builtin.split(",")) - set(BUILTIN_VARIANTS) - {""}
     if unknown:
         p.error(f"unknown --builtin variant(s): {', '.join(sorted(unknown))}")
+    if args.rounds < 1:
+        p.error("--rounds must be 1 or more")
     return args
 
 
@@ -186,10 +201,15 @@ def main(argv=None) -> dict:
               "cpu_count": os.cpu_count(), "engines": rows, "skipped": skipped}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     output = args.output or str(c.RESULTS_DIR / f"engine_peers-{stamp}.json")
-    for name, launch in todo:
-        rows[name] = serve_and_measure(name, launch, items, args.ready_timeout)
-        c.log(f"{name}: {rows[name]['output_tokens_per_s']:.1f} output tok/s")
-        c.write_result("engine_peers", result, output)  # a run cut short keeps its rows
+    rounds: dict[str, list[dict]] = {name: [] for name, _ in todo}
+    for turn in range(args.rounds):
+        for name, launch in todo:
+            row = serve_and_measure(name, launch, items, args.ready_timeout)
+            rounds[name].append(row)
+            rows[name] = median_round(rounds[name])
+            c.log(f"{name}: {row['output_tokens_per_s']:.1f} output tok/s"
+                  + (f" (round {turn + 1} of {args.rounds})" if args.rounds > 1 else ""))
+            c.write_result("engine_peers", result, output)  # a run cut short keeps its rows
     if args.hf_subset:
         rows["HF transformers per request"] = hf_per_request(items, args.hf_subset + 1,
                                                               args.seed)

@@ -143,7 +143,11 @@ ROWS_ENV = "INFERPLANE_PACKED_ROWS"  # a fixed cap instead of the measured one
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """F.linear(x, weight) (no bias), on the packed copy when one is registered."""
+    """F.linear(x, weight) (no bias), on the packed copy when one is registered: through the
+    C++ op once its table is attached (so eager calls, the LM head's among them, take the
+    tile copy too), else oneDNN's copy from here."""
+    if _native["table"] is not None:
+        return torch.ops.inferplane.packed_linear(x, weight)
     packed = _PACKED.get(weight.data_ptr())
     if (packed is None or x.dtype != weight.dtype or x.shape[0] > _row_cap["rows"]
             or packed.shape != weight.shape):

@@ -87,8 +87,8 @@ def restored_cap():
 
 def _zero_packed(weight):
     """A packed copy of zeros in the weight's slot: a zero output shows linear read it."""
-    pl._PACKED[weight.data_ptr()] = torch.ops.mkldnn._reorder_linear_weight(
-        torch.zeros_like(weight), 8)
+    pl.remember(weight.data_ptr(), torch.ops.mkldnn._reorder_linear_weight(
+        torch.zeros_like(weight), 8))
 
 
 def test_rows_past_the_cap_take_f_linear_and_within_it_the_packed_copy(restored_cap):
