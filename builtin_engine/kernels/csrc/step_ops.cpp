@@ -110,13 +110,21 @@ at::Tensor packed_mm(const at::Tensor& x, const at::Tensor& packed) {
 // task is one 32-column block of the weight, stored as one contiguous run in the pair layout
 // the tile product reads ([K/2][32][2]: two bfloat16 of a column per 32-bit word), multiplied
 // by ATen's brgemm (oneDNN's AMX micro-kernel) into float32 and rounded to bfloat16 as it is
-// stored. Measured there (weights read from memory): 960 x 576 at 1 / 16 / 64 rows 60 / 57
-// / 80 -> 33 / 36 / 62 us, 576 x 1536 77 / 85 / 96 -> 47 / 50 / 79 us. Past 64 rows, and for
-// a wide weight (the LM head) past 32, oneDNN's blocking of the rows wins and is kept.
+// stored. Measured there with the weights read from memory: 960 x 576 at 16 / 64 rows 110 /
+// 133 -> 74 / 114 us, 576 x 1536 157 / 198 -> 109 / 175 us (docs/bench/README.md has the
+// table). Past 64 rows, and for a wide weight (the LM head) past 32, oneDNN's blocking of the
+// rows wins and is kept; static halves of the blocks beat a dynamic hand-out.
 constexpr int64_t kTileColumns = 32;
 constexpr int64_t kTileRowsMax = 64, kTileRowsWide = 32, kWideColumns = 8192;
 
-bool tiles_ready() { return at::native::cpublas::could_pack(at::kBFloat16); }
+// Whether tile copies serve here: AMX tiles, and a build with the AVX512-BF16 rounding.
+bool tiles_ready() {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  return at::native::cpublas::could_pack(at::kBFloat16);
+#else
+  return false;
+#endif
+}
 
 static bool tile_path_serves(const at::Tensor& x, const at::Tensor& weight, int64_t rows) {
   return x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
@@ -160,13 +168,14 @@ void remember(int64_t key, at::Tensor packed) {
   table().copies[key] = std::move(packed);
 }
 
-// Drops the entry only if it still holds `packed`: the address may have been re-registered.
 // `tiles` [N/32 * K/2 * 32 * 2]: each 32-column block of the weight in the pair layout.
 void remember_tiles(int64_t key, at::Tensor tiles) {
   std::unique_lock<std::shared_mutex> guard(table().lock);
   table().tiles[key] = std::move(tiles);
 }
 
+// Drops the entry (and its tile copy) only if it still holds `packed`: the address may have
+// been re-registered.
 void forget(int64_t key, const at::Tensor& packed) {
   std::unique_lock<std::shared_mutex> guard(table().lock);
   auto it = table().copies.find(key);
