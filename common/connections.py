@@ -165,6 +165,16 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     return GuardedHttpToolsProtocol
 
 
+READ_BODY = "inferplane.body"   # scope key: the whole body BodyLimit read before the app ran
+
+
+async def request_body(request) -> bytes:
+    """A Starlette request's whole body: the one BodyLimit already read when it is in front
+    (most of a small request's ASGI receive machinery skipped), else `request.body()`."""
+    body = request.scope.get(READ_BODY)
+    return await request.body() if body is None else body
+
+
 class BodyLimit:
     """ASGI middleware: the body is read before the app runs, so a body past `max_bytes` (413)
     or one that stalls for `timeout_s` (408) is refused in the API's error shape before any
@@ -193,6 +203,7 @@ class BodyLimit:
             return await _refuse(send, exc.status, exc.message, exc.kind)
         if body is None:  # the client left before its body was complete
             return
+        scope[READ_BODY] = body   # `request_body` takes it from here: no receive round trip
         replayed = False
 
         async def replay():

@@ -8,7 +8,7 @@ naming the gateway's server span). `current_request_id()` gives the id to log li
 from __future__ import annotations
 
 import contextlib
-import os
+import random
 import re
 from contextvars import ContextVar
 
@@ -47,7 +47,9 @@ def _headers(scope) -> dict[str, str]:
 
 
 def _new_id() -> str:
-    return os.urandom(16).hex()   # uuid4().hex's randomness without building a UUID
+    # 128 random bits as trace ids are made (random reseeds in a forked worker), without
+    # os.urandom's system call a request
+    return f"{random.getrandbits(128):032x}"
 
 
 class RequestContextMiddleware:
@@ -69,12 +71,13 @@ class RequestContextMiddleware:
                 _REQUEST_ID.reset(token)
             return
         if not tracing.spans_exported():   # ids to continue and answer, nothing recorded
-            context = otel_context.attach(trace.set_span_in_context(
-                tracing.unrecorded_server_span(headers)))
+            span = tracing.unrecorded_server_span(headers)
+            context = otel_context.attach(trace.set_span_in_context(span))
+            trace_token = tracing.bind_unrecorded_trace(span)
             try:
-                span = trace.get_current_span()
                 await self.app(scope, receive, self._send_with_ids(send, span, request_id))
             finally:
+                tracing.reset_unrecorded_trace(trace_token)
                 otel_context.detach(context)
                 _REQUEST_ID.reset(token)
             return

@@ -10,6 +10,7 @@ import logging
 import random
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar, Token
 from urllib.parse import urlparse
 
 import httpx
@@ -184,8 +185,26 @@ def server_span(name: str, headers: Mapping[str, str],
         yield span
 
 
+# The request's trace id in hex, while no exporter records spans: every span of the request
+# is then an id under that one trace (unrecorded_server_span, unrecorded_child_span), so the
+# log lines and the usage record read it here instead of looking the current span up.
+_UNRECORDED_TRACE_ID: ContextVar[str | None] = ContextVar("inferplane_trace_id", default=None)
+
+
+def bind_unrecorded_trace(span: trace.Span) -> Token:
+    """Make `span` (an unrecorded server span) current for `current_trace_id`; the token resets."""
+    return _UNRECORDED_TRACE_ID.set(trace.format_trace_id(span.get_span_context().trace_id))
+
+
+def reset_unrecorded_trace(token: Token) -> None:
+    _UNRECORDED_TRACE_ID.reset(token)
+
+
 def current_trace_id() -> str | None:
     """Hex trace id of the active span, for logs and error bodies; None outside a trace."""
+    known = _UNRECORDED_TRACE_ID.get()
+    if known is not None:
+        return known
     span_context = trace.get_current_span().get_span_context()
     if not span_context.is_valid:
         return None
@@ -213,11 +232,15 @@ def configure_from_settings(tracing_settings) -> None:
 
 def child_span(name: str, attributes: Mapping[str, str | int | float | bool] | None = None):
     """`with child_span("gateway.limits") as span:` a span under the current one. With no
-    exporter nothing would record it: the current span stands in (its ids are what engines
-    and logs see either way), and the request path builds no span objects."""
+    exporter nothing would record it: the block runs under the current span (its ids are what
+    engines and logs see either way), `span` takes attributes to no effect, and the request
+    path builds no span objects (nor looks the current one up: five times a request)."""
     if not _exporting:
-        return nullcontext(trace.get_current_span())
+        return _UNRECORDED_CHILD
     return get_tracer().start_as_current_span(name, attributes=attributes)
+
+
+_UNRECORDED_CHILD = nullcontext(trace.INVALID_SPAN)   # reusable: nullcontext keeps no state
 
 
 def traceparent_of(span: trace.Span) -> str | None:

@@ -30,7 +30,8 @@ from gateway.batch.runner import BatchRunner
 from gateway.batch.store import BatchStore
 from gateway.request_path.fast_lane import GatewayApp
 from gateway.request_path.json_response import OrjsonResponse
-from gateway.services import GatewayServices, build_services, poll_engine_load
+from gateway.routing.load_poll import poll_engine_load
+from gateway.services import GatewayServices, build_services
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("inferplane.gateway")

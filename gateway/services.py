@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 from common.auth.jwt_verifier import JWTVerifier
 from common.tracing import httpx_trace_hook
 from common.usage_record import UsageRecord
-from common.vocabulary import BackendState, EngineKind
+from common.vocabulary import BackendState
 from engine_adapter import EngineAdapter, create_adapter
 from engine_adapter.openai_http import Timeouts, create_http_client
 from gateway.cache.response_cache import ResponseCache
@@ -22,7 +22,6 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.routing import Router
 from gateway.routing.kv_events import KvEventIndex
 from gateway.routing.kv_events_subscriber import KvEventSubscribers
-from gateway.routing.precise import refresh_resident
 from gateway.settings import GatewaySettings
 from gateway.traffic.admission import AdmissionController
 from gateway.traffic.breaker import BreakerConfig, BreakerRegistry
@@ -30,7 +29,6 @@ from gateway.traffic.coldstart import ColdStarter
 from gateway.traffic.splits import ShadowMirror
 
 log = logging.getLogger("inferplane.gateway")
-UNPOLLED = frozenset({EngineKind.LITELLM, EngineKind.HOSTED})  # no engine metrics to read
 
 
 class SnapshotSource(Protocol):
@@ -138,29 +136,3 @@ def build_services(settings: GatewaySettings, snapshot_source: SnapshotSource, *
 def _queue_depth(m: GatewayMetrics, admission: AdmissionController, model: str) -> None:
     for priority, depth in admission.pool(model).depth_by_priority().items():
         m.queue_depth.labels(model, priority).set(depth)
-
-
-async def poll_engine_load(state: GatewayServices) -> None:
-    """Refresh engine-reported load for every backend in the snapshot, forever."""
-    interval = state.settings.routing.load_poll_interval_s
-    try:
-        while True:
-            backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends
-                        if b.state == BackendState.READY and b.engine not in UNPOLLED}
-            polls = [_poll_one(state, b) for b in backends.values()]
-            if state.settings.routing.prefix_precise:
-                polls += [refresh_resident(state, b) for b in backends.values()
-                          if b.engine == EngineKind.BUILTIN]
-                state.kv_events.sync(b for b in backends.values() if b.engine != EngineKind.BUILTIN)
-            results = await asyncio.gather(*polls, return_exceptions=True)
-            for backend, result in zip(backends.values(), results):
-                if not isinstance(result, BaseException):
-                    state.router.book.report(backend.id, result)
-            await asyncio.sleep(interval)
-    finally:
-        state.kv_events.close()
-
-
-async def _poll_one(state: GatewayServices, backend):
-    async with asyncio.timeout(max(0.5, state.settings.routing.load_poll_interval_s)):
-        return await state.adapters.get(backend).load()

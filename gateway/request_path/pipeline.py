@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from fastapi import Request
 from fastapi.responses import Response
 
+from common.connections import request_body
 from common.error_codes import ErrorCode
 from common.errors import InferplaneError, OpenAIError
 from common.metric_names import NO_VERSION
@@ -128,7 +129,7 @@ def _internal_error(endpoint: Endpoint) -> Response:
 
 
 async def _read_body(request: Request, services: GatewayServices) -> bytes:
-    raw = await request.body()
+    raw = await request_body(request)
     if len(raw) > services.settings.max_body_bytes:
         raise OpenAIError(413, "request body too large", code=ErrorCode.BODY_TOO_LARGE)
     return raw

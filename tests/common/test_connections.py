@@ -275,3 +275,36 @@ def test_a_client_waiting_for_100_continue_gets_it_and_then_its_answer(up):
         assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
         sock.sendall(NO_MODEL_BODY)
         _assert_model_not_found(_read_to_close(sock))
+
+
+def test_the_body_that_body_limit_read_is_what_the_app_reads_and_receive_still_replays_it():
+    """BodyLimit hands the body it read to the app in the scope (request_body takes it without
+    a receive round trip); an app reading through receive gets the same bytes, then the
+    client's disconnect."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from common.connections import READ_BODY, BodyLimit, request_body
+
+    seen = {}
+
+    async def app(scope, receive, send):
+        request = Request(scope, receive)
+        seen["scope"] = scope.get(READ_BODY)
+        seen["request_body"] = await request_body(request)
+        seen["body"] = await request.body()
+        seen["after"] = (await receive())["type"]
+
+    parts = iter([{"type": "http.request", "body": b'{"a":', "more_body": True},
+                  {"type": "http.request", "body": b' 1}', "more_body": False},
+                  {"type": "http.disconnect"}])
+
+    async def receive():
+        return next(parts)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/x", "headers": [],
+             "query_string": b""}
+    asyncio.run(BodyLimit(app, 1024, 5.0)(scope, receive, None))
+    assert seen == {"scope": b'{"a": 1}', "request_body": b'{"a": 1}', "body": b'{"a": 1}',
+                    "after": "http.disconnect"}

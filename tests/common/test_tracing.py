@@ -190,3 +190,40 @@ async def test_with_no_exporter_the_callers_trace_goes_on_without_spans_made():
     assert new_trace and len(new_trace) == 32 and new_trace != TRACE_ID
     version, trace, span, flags = fresh.headers["traceparent"].split("-")
     assert (version, trace, flags) == ("00", new_trace, "00") and len(span) == 16
+
+
+@pytest.mark.parametrize("incoming", [TRACEPARENT, None])
+def test_without_an_exporter_the_request_trace_id_is_read_once_and_agrees(incoming):
+    """No exporter: the ids the request's code reads (log lines and usage through
+    current_trace_id, the engine's traceparent) all name the trace the response answers, the
+    caller's when sent; outside the request current_trace_id is None again."""
+    import asyncio
+
+    tracing.setup_tracing("inferplane-gateway-test")
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen["trace_id"] = tracing.current_trace_id()
+        with tracing.child_span("gateway.limits"):
+            seen["engine"] = tracing.trace_header_lines().decode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"traceparent", incoming.encode())] if incoming else []
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "headers": headers}
+    try:
+        asyncio.run(RequestContextMiddleware(app)(scope, None, send))
+        answered = dict(sent[0]["headers"])[b"traceparent"].decode().split("-")[1]
+        assert seen["trace_id"] == answered
+        assert seen["engine"].startswith(f"traceparent: 00-{answered}-")
+        if incoming:
+            assert answered == TRACE_ID
+        assert tracing.current_trace_id() is None
+    finally:
+        tracing.shutdown_tracing()

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from common.auth.authenticate import AuthPrincipal
+from common.connections import request_body
 from common.error_codes import ErrorCode
 from common.errors import OpenAIError
 from common.openapi_doc import openapi_body
@@ -40,7 +41,7 @@ REFUSED = {422: {"description": "Well-formed, but an input item, tool or format 
 @router.post("/responses", openapi_extra=openapi_body(RESPONSES.schema), response_class=Response,
              responses=REFUSED)
 async def create_response(request: Request, principal: AuthPrincipal, store: Store) -> Response:
-    raw = await request.body()
+    raw = await request_body(request)
     if len(raw) > request.app.state.gateway.settings.max_body_bytes:
         raise OpenAIError(413, "request body too large", code=ErrorCode.BODY_TOO_LARGE)
     turn = await ResponsesTurn.prepare(raw, principal, store)
