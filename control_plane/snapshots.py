@@ -33,17 +33,13 @@ class StaticSnapshotSource:
     """A fixed snapshot (tests, or a gateway run from a file); `set()` swaps it."""
 
     def __init__(self, snapshot: RoutingSnapshot | None = None):
-        self._current = snapshot or RoutingSnapshot.empty()
-
-    @property
-    def current(self) -> RoutingSnapshot:
-        return self._current
+        self.current = snapshot or RoutingSnapshot.empty()   # read it; `set()` swaps it
 
     def set(self, snapshot: RoutingSnapshot) -> None:
-        self._current = snapshot
+        self.current = snapshot
 
     def refresh(self, force: bool = True) -> RoutingSnapshot:
-        return self._current
+        return self.current
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -57,16 +53,14 @@ class SnapshotSource:
         self.poll_interval_s = poll_interval_s
         self.redis_url = redis_url
         self.channel = channel
-        self._current = RoutingSnapshot.empty()
+        # the snapshot requests read (a plain attribute: read a few times a request; swapped
+        # whole by `refresh`)
+        self.current = RoutingSnapshot.empty()
         self._loaded = False  # the empty snapshot is a placeholder, not a database version
         self._lock = threading.Lock()  # admin threads and the poller may refresh at once
         self._db_ok = True
         self._listeners: list[Listener] = []
         self._tasks: list[asyncio.Task] = []
-
-    @property
-    def current(self) -> RoutingSnapshot:
-        return self._current
 
     @property
     def database_ok(self) -> bool:
@@ -87,27 +81,27 @@ class SnapshotSource:
                     # After an outage rebuild regardless: a restored database can carry
                     # the same version number with different contents.
                     if not force and self._loaded and self._db_ok and \
-                            get_snapshot_version(session) == self._current.version:
+                            get_snapshot_version(session) == self.current.version:
                         self._mark_db(True)
-                        return self._current
+                        return self.current
                     snapshot = build_snapshot(session)
             except Exception as exc:  # noqa: BLE001 - any driver error means "keep serving"
                 self._mark_db(False, exc)
-                return self._current
+                return self.current
             self._mark_db(True)
-            changed = not self._loaded or snapshot != self._current
-            self._current, self._loaded = snapshot, True
+            changed = not self._loaded or snapshot != self.current
+            self.current, self._loaded = snapshot, True
         if changed:
             self._notify(snapshot)
         return snapshot
 
     def _mark_db(self, ok: bool, exc: BaseException | None = None) -> None:
         if ok and not self._db_ok:
-            log.info("registry database reachable again; snapshot v%d", self._current.version)
+            log.info("registry database reachable again; snapshot v%d", self.current.version)
         elif not ok and self._db_ok:
             # Once per outage: a poll every 250 ms would otherwise flood the log.
             log.warning("registry database unreachable, serving snapshot v%d until it is back: %s",
-                        self._current.version, exc)
+                        self.current.version, exc)
         self._db_ok = ok
 
     def _notify(self, snapshot: RoutingSnapshot) -> None:
@@ -126,7 +120,7 @@ class SnapshotSource:
         try:
             client = redis.Redis.from_url(self.redis_url, socket_timeout=1.0)
             try:
-                client.publish(self.channel, str(self._current.version if version is None else version))
+                client.publish(self.channel, str(self.current.version if version is None else version))
             finally:
                 client.close()
         except redis.RedisError as exc:

@@ -39,15 +39,29 @@ def _expired(expires_at) -> bool:
     return float(expires_at) <= time.time()
 
 
+# key hash -> (the snapshot's key view, its principal): a key's principal is made again only
+# when a new snapshot brings a new view of it (its spend, limits or models changed)
+_PRINCIPALS: dict[str, tuple[object, Principal]] = {}
+PRINCIPALS_KEPT = 10_000   # past it the cache starts over
+
+
 def principal_from_key(snapshot, secret: str) -> Principal:
-    key = snapshot.keys.get(hash_key(secret))
+    hashed = hash_key(secret)
+    key = snapshot.keys.get(hashed)
     if key is None:
         raise OpenAIError(401, "invalid API key", code=ErrorCode.INVALID_API_KEY)
     if key.revoked:
         raise OpenAIError(401, "API key has been revoked", code=ErrorCode.INVALID_API_KEY)
     if _expired(key.expires_at):
         raise OpenAIError(401, "API key has expired", code=ErrorCode.INVALID_API_KEY)
-    return principal_of_key(key)
+    known = _PRINCIPALS.get(hashed)
+    if known is not None and known[0] is key:
+        return known[1]
+    if len(_PRINCIPALS) >= PRINCIPALS_KEPT:
+        _PRINCIPALS.clear()
+    principal = principal_of_key(key)
+    _PRINCIPALS[hashed] = (key, principal)
+    return principal
 
 
 def principal_of_key(key) -> Principal:

@@ -9,8 +9,9 @@ first-token and stream spans are not made.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from common.metric_names import NO_VERSION
@@ -29,12 +30,14 @@ class UpstreamTrace:
             "inferplane.backend": backend.id, "inferplane.engine": backend.engine,
             "inferplane.version": backend.version or NO_VERSION, "inferplane.attempt": attempt})
 
-    @contextmanager
     def sending(self):
         """Current while waiting for the first token: engine requests carry this trace."""
-        first_token = get_tracer().start_as_current_span("gateway.first_token") \
-            if self._recording else nullcontext()
-        with trace.use_span(self.span, end_on_exit=False), first_token:
+        return self._recorded_sending() if self._recording else _Current(self.span)
+
+    @contextmanager
+    def _recorded_sending(self):
+        with trace.use_span(self.span, end_on_exit=False), \
+                get_tracer().start_as_current_span("gateway.first_token"):
             yield
 
     def streaming(self) -> None:
@@ -62,3 +65,20 @@ class UpstreamTrace:
             if status >= 500:
                 self.span.set_status(trace.Status(trace.StatusCode.ERROR))
         self.span.end()
+
+
+class _Current:
+    """`with _Current(span):` makes an unrecorded span current (its ids reach the engine's
+    traceparent), without `use_span`'s generator, status handling and exception recording:
+    nothing records this span."""
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: trace.Span):
+        self._span = span
+
+    def __enter__(self) -> trace.Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, *exc) -> None:
+        otel_context.detach(self._token)

@@ -126,3 +126,26 @@ def test_require_role_nests_admin_over_operator(gw):
     with gw.client(None) as c:
         r = c.get("/admin/v1/ping", headers={"authorization": f"Bearer {token(role='operator')}"})
     assert r.json() == {"role": "operator"}
+
+
+def test_a_keys_principal_is_made_once_per_view_of_the_key_and_follows_the_snapshot():
+    from types import SimpleNamespace
+
+    from common.auth.authenticate import principal_from_key
+    from common.auth.keys import hash_key
+    from tests.gateway.conftest import KEYS, key
+
+    view = key("user", models=["m"])
+    first = SimpleNamespace(keys={hash_key(KEYS["user"]): view})
+    principal = principal_from_key(first, KEYS["user"])
+    assert principal.models == ("m",)
+    assert principal_from_key(first, KEYS["user"]) is principal    # same view: kept
+    # a new snapshot with a new view of the key (its allowlist changed): a new principal
+    changed = SimpleNamespace(keys={hash_key(KEYS["user"]): replace(view, models=["m", "x"])})
+    assert principal_from_key(changed, KEYS["user"]).models == ("m", "x")
+    revoked = SimpleNamespace(keys={hash_key(KEYS["user"]): replace(view, revoked=True)})
+    with pytest.raises(Exception, match="revoked"):
+        principal_from_key(revoked, KEYS["user"])
+    expired = SimpleNamespace(keys={hash_key(KEYS["user"]): replace(view, expires_at=1.0)})
+    with pytest.raises(Exception, match="expired"):
+        principal_from_key(expired, KEYS["user"])
