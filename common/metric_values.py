@@ -39,7 +39,9 @@ def file_values() -> type:
             f.close()
         files.clear()
         made.clear()
-    values._multi_process_cleanups.append(cleanup)
+    # prometheus_client closes every value class's files on its own reset (where the
+    # release has one)
+    getattr(values, "_multi_process_cleanups", []).append(cleanup)
 
     def after_fork() -> None:
         """This process's own files: a forked child starts from zero, as a new process."""
