@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.vocabulary import BackendState, EngineKind
 from gateway.routing.precise import refresh_resident
@@ -25,12 +25,8 @@ MAX_BACKOFF_S = 60.0
 class PollBackoff:
     """When each failing backend is polled next: `due(id, now)`, `failed(id, now, tick)`,
     `succeeded(id)`."""
-    failures: dict[str, int]
-    next_at: dict[str, float]
-
-    @classmethod
-    def empty(cls) -> "PollBackoff":
-        return cls({}, {})
+    failures: dict[str, int] = field(default_factory=dict)
+    next_at: dict[str, float] = field(default_factory=dict)
 
     def due(self, backend_id: str, now: float) -> bool:
         return self.next_at.get(backend_id, 0.0) <= now
@@ -51,7 +47,7 @@ class PollBackoff:
 async def poll_engine_load(state) -> None:
     """Refresh engine-reported load for every backend in the snapshot, forever."""
     interval = state.settings.routing.load_poll_interval_s
-    backoff = PollBackoff.empty()
+    backoff = PollBackoff()
     try:
         while True:
             backends = {b.id: b for m in state.snapshot.models.values() for b in m.backends

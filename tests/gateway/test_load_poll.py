@@ -14,7 +14,7 @@ from tests.gateway.conftest import backend, model
 
 
 def test_backoff_doubles_caps_and_resets():
-    b = PollBackoff.empty()
+    b = PollBackoff()
     assert b.due("x", 0.0)
     b.failed("x", 10.0, 1.0)
     assert not b.due("x", 11.9) and b.due("x", 12.0)      # 2 s after one failure
