@@ -12,7 +12,6 @@ import random
 import re
 from contextvars import ContextVar
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from common import tracing
@@ -72,13 +71,11 @@ class RequestContextMiddleware:
             return
         if not tracing.spans_exported():   # ids to continue and answer, nothing recorded
             span = tracing.unrecorded_server_span(headers)
-            context = otel_context.attach(trace.set_span_in_context(span))
-            trace_token = tracing.bind_unrecorded_trace(span)
+            trace_tokens = tracing.bind_unrecorded_trace(span)
             try:
                 await self.app(scope, receive, self._send_with_ids(send, span, request_id))
             finally:
-                tracing.reset_unrecorded_trace(trace_token)
-                otel_context.detach(context)
+                tracing.reset_unrecorded_trace(trace_tokens)
                 _REQUEST_ID.reset(token)
             return
         name = f"{scope['method']} {scope['path']}"

@@ -148,7 +148,7 @@ def unrecorded_child_span() -> trace.NonRecordingSpan:
     """A span id of its own under the current span's trace, for when no exporter would record
     a child span (what the SDK tracer makes then costs a span object, a sampler call and the
     attribute copies): engine requests still carry a traceparent of the request's trace."""
-    parent = trace.get_current_span().get_span_context()
+    parent = current_span_context()
     if not parent.is_valid:
         return trace.INVALID_SPAN
     return trace.NonRecordingSpan(trace.SpanContext(parent.trace_id, random.getrandbits(64) or 1,
@@ -165,7 +165,13 @@ def inject_traceparent(headers: MutableMapping[str, str] | None = None,
                        ctx: otel_context.Context | None = None) -> MutableMapping[str, str]:
     """Write traceparent (and tracestate) of the current span into `headers`."""
     carrier: MutableMapping[str, str] = {} if headers is None else headers
-    _PROPAGATOR.inject(carrier, context=ctx)
+    unrecorded = _UNRECORDED_SPAN.get() if ctx is None else None
+    if unrecorded is None:
+        _PROPAGATOR.inject(carrier, context=ctx)
+    elif unrecorded.is_valid:   # what the propagator writes for it, read without the context
+        carrier["traceparent"] = _traceparent(unrecorded)
+        if unrecorded.trace_state:
+            carrier["tracestate"] = unrecorded.trace_state.to_header()
     return carrier
 
 
@@ -185,19 +191,46 @@ def server_span(name: str, headers: Mapping[str, str],
         yield span
 
 
-# The request's trace id in hex, while no exporter records spans: every span of the request
-# is then an id under that one trace (unrecorded_server_span, unrecorded_child_span), so the
-# log lines and the usage record read it here instead of looking the current span up.
+# While no exporter records spans every span of a request is only ids under one trace
+# (unrecorded_server_span, unrecorded_child_span). The request's trace id in hex is kept here
+# for log lines and the usage record, and the current unrecorded span's ids beside it for the
+# engine's traceparent: neither is put in OpenTelemetry's context, whose attach, detach and
+# look-ups were a tenth of the request path's calls for ids nothing records.
 _UNRECORDED_TRACE_ID: ContextVar[str | None] = ContextVar("inferplane_trace_id", default=None)
+_UNRECORDED_SPAN: ContextVar[trace.SpanContext | None] = ContextVar("inferplane_span",
+                                                                   default=None)
 
 
-def bind_unrecorded_trace(span: trace.Span) -> Token:
-    """Make `span` (an unrecorded server span) current for `current_trace_id`; the token resets."""
-    return _UNRECORDED_TRACE_ID.set(trace.format_trace_id(span.get_span_context().trace_id))
+def bind_unrecorded_trace(span: trace.Span) -> tuple[Token, Token]:
+    """Make `span` (an unrecorded server span) the request's current span for
+    `current_trace_id`, `trace_header_lines`, `inject_traceparent` and
+    `unrecorded_child_span`; `reset_unrecorded_trace(tokens)` undoes it."""
+    ctx = span.get_span_context()
+    return (_UNRECORDED_TRACE_ID.set(trace.format_trace_id(ctx.trace_id)),
+            _UNRECORDED_SPAN.set(ctx))
 
 
-def reset_unrecorded_trace(token: Token) -> None:
-    _UNRECORDED_TRACE_ID.reset(token)
+def reset_unrecorded_trace(tokens: tuple[Token, Token]) -> None:
+    _UNRECORDED_TRACE_ID.reset(tokens[0])
+    _UNRECORDED_SPAN.reset(tokens[1])
+
+
+def bind_unrecorded_span(span: trace.Span) -> Token:
+    """Make an unrecorded child span (the engine call's) current until `reset_unrecorded_span`."""
+    return _UNRECORDED_SPAN.set(span.get_span_context())
+
+
+def reset_unrecorded_span(token: Token) -> None:
+    _UNRECORDED_SPAN.reset(token)
+
+
+def current_span_context() -> trace.SpanContext:
+    """The ids of the current span: the unrecorded one bound for this request, else
+    OpenTelemetry's current span's (invalid outside a trace)."""
+    unrecorded = _UNRECORDED_SPAN.get()
+    if unrecorded is not None:
+        return unrecorded
+    return trace.get_current_span().get_span_context()
 
 
 def current_trace_id() -> str | None:
@@ -259,7 +292,7 @@ def trace_header_lines() -> bytes:
     """`traceparent: ...\\r\\n` (and `tracestate: ...` when the trace has one) naming the
     current span, for a request written by hand; b"" outside a trace. What the W3C propagator's
     `inject` writes, without its carrier dict and context lookups on every engine call."""
-    ctx = trace.get_current_span().get_span_context()
+    ctx = current_span_context()
     if not ctx.is_valid:
         return b""
     lines = f"traceparent: {_traceparent(ctx)}\r\n"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from common.metric_names import NO_VERSION
-from common.tracing import get_tracer, spans_exported, unrecorded_child_span
+from common.tracing import (bind_unrecorded_span, get_tracer, reset_unrecorded_span,
+                            spans_exported, unrecorded_child_span)
 
 
 class UpstreamTrace:
@@ -68,17 +68,17 @@ class UpstreamTrace:
 
 
 class _Current:
-    """`with _Current(span):` makes an unrecorded span current (its ids reach the engine's
-    traceparent), without `use_span`'s generator, status handling and exception recording:
-    nothing records this span."""
+    """`with _Current(span):` makes an unrecorded span current for the engine's traceparent
+    (common.tracing.bind_unrecorded_span), without `use_span`'s generator, status handling
+    and exception recording, nor OpenTelemetry's context: nothing records this span."""
     __slots__ = ("_span", "_token")
 
     def __init__(self, span: trace.Span):
         self._span = span
 
     def __enter__(self) -> trace.Span:
-        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._token = bind_unrecorded_span(self._span)
         return self._span
 
     def __exit__(self, *exc) -> None:
-        otel_context.detach(self._token)
+        reset_unrecorded_span(self._token)

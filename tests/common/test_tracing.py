@@ -227,3 +227,38 @@ def test_without_an_exporter_the_request_trace_id_is_read_once_and_agrees(incomi
         assert tracing.current_trace_id() is None
     finally:
         tracing.shutdown_tracing()
+
+
+async def test_with_no_exporter_httpx_calls_carry_the_current_unrecorded_span(echo_url):
+    """No exporter: unrecorded spans never enter OpenTelemetry's context, yet an httpx call
+    made with the hook (the moderation and embedding calls) names the request's server span,
+    or the engine call's child span while it is bound, over real HTTP."""
+    tracing.setup_tracing("inferplane-gateway-test")
+    seen = {}
+
+    async def app(scope, receive, send):
+        async with httpx.AsyncClient(event_hooks={"request": [tracing.httpx_trace_hook]}) as c:
+            seen["server"] = (await c.get(echo_url)).text
+            child = tracing.unrecorded_child_span()
+            token = tracing.bind_unrecorded_span(child)
+            try:
+                seen["child"] = (await c.get(echo_url)).text
+            finally:
+                tracing.reset_unrecorded_span(token)
+            seen["child_id"] = trace.format_span_id(child.get_span_context().span_id)
+            seen["after"] = (await c.get(echo_url)).text
+        assert trace.get_current_span() is trace.INVALID_SPAN   # nothing attached
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    transport = httpx.ASGITransport(RequestContextMiddleware(app))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            answered = (await client.get("/v1/x", headers={"traceparent": TRACEPARENT}))
+    finally:
+        tracing.shutdown_tracing()
+    assert seen["server"] == seen["after"] == answered.headers["traceparent"]
+    _, trace_id, span_id, flags = seen["child"].split("-")
+    assert (trace_id, span_id, flags) == (TRACE_ID, seen["child_id"], "01")
+    assert span_id != answered.headers["traceparent"].split("-")[2]
+    assert tracing.inject_traceparent({}) == {}   # the request's spans are unbound after it
