@@ -69,3 +69,29 @@ def test_routing_peers_compares_strategies():
     assert set(rows) == set(runs)
     for name, row in rows.items():
         assert row["ok"] == 12 and row["errors"] == 0, (name, row)
+
+
+def test_gateway_trees_runs_the_default_of_each_checkout_in_turn(tmp_path):
+    """Two checkouts (this one and an export of its HEAD), one round, at a tiny size: a run
+    per checkout, every request answered, the first tree the baseline (1.000x), its plot
+    written; a path that is no checkout is refused before anything starts."""
+    base = tmp_path / "base"
+    base.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+    result = tmp_path / "gateway_trees.json"
+    out = run_bench("gateway_trees.py", "--tree", str(base), "--tree", str(ROOT), "--rounds",
+                    "1", "--rate", "50", "--duration", "1", "--output", str(result))
+    data = json.loads(result.read_text())
+    assert data["trees"] == [str(base), str(ROOT)]
+    for tree in data["trees"]:
+        (run,) = data["runs"][tree]
+        for mode in ("non_stream", "stream"):
+            assert run[mode]["errors"] == {} and run[mode]["held_rps"] == 50.0, run
+            assert run[mode]["cpu_ms"] > 0 and len(run[mode]["by_process"]) >= 3
+    assert data["summary"][str(base)]["non_stream"]["vs_first"] == 1.0
+    assert "(1.000x the first tree)" in out and result.with_suffix(".png").stat().st_size > 0
+    refused = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway_trees.py"),
+                              "--tree", str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "not a checkout" in refused.stderr
