@@ -71,11 +71,11 @@ class RequestContextMiddleware:
             return
         if not tracing.spans_exported():   # ids to continue and answer, nothing recorded
             span = tracing.unrecorded_server_span(headers)
-            trace_tokens = tracing.bind_unrecorded_trace(span)
+            trace_token = tracing.bind_unrecorded_span(span)
             try:
                 await self.app(scope, receive, self._send_with_ids(send, span, request_id))
             finally:
-                tracing.reset_unrecorded_trace(trace_tokens)
+                tracing.reset_unrecorded_span(trace_token)
                 _REQUEST_ID.reset(token)
             return
         name = f"{scope['method']} {scope['path']}"

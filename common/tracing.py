@@ -165,10 +165,10 @@ def inject_traceparent(headers: MutableMapping[str, str] | None = None,
                        ctx: otel_context.Context | None = None) -> MutableMapping[str, str]:
     """Write traceparent (and tracestate) of the current span into `headers`."""
     carrier: MutableMapping[str, str] = {} if headers is None else headers
-    unrecorded = _UNRECORDED_SPAN.get() if ctx is None else None
-    if unrecorded is None:
+    bound = _UNRECORDED.get() if ctx is None else None
+    if bound is None:
         _PROPAGATOR.inject(carrier, context=ctx)
-    elif unrecorded.is_valid:   # what the propagator writes for it, read without the context
+    elif (unrecorded := bound[0]).is_valid:   # what the propagator writes, without the context
         carrier["traceparent"] = _traceparent(unrecorded)
         if unrecorded.trace_state:
             carrier["tracestate"] = unrecorded.trace_state.to_header()
@@ -192,52 +192,40 @@ def server_span(name: str, headers: Mapping[str, str],
 
 
 # While no exporter records spans every span of a request is only ids under one trace
-# (unrecorded_server_span, unrecorded_child_span). The request's trace id in hex is kept here
-# for log lines and the usage record, and the current unrecorded span's ids beside it for the
-# engine's traceparent: neither is put in OpenTelemetry's context, whose attach, detach and
-# look-ups were a tenth of the request path's calls for ids nothing records.
-_UNRECORDED_TRACE_ID: ContextVar[str | None] = ContextVar("inferplane_trace_id", default=None)
-_UNRECORDED_SPAN: ContextVar[trace.SpanContext | None] = ContextVar("inferplane_span",
-                                                                   default=None)
-
-
-def bind_unrecorded_trace(span: trace.Span) -> tuple[Token, Token]:
-    """Make `span` (an unrecorded server span) the request's current span for
-    `current_trace_id`, `trace_header_lines`, `inject_traceparent` and
-    `unrecorded_child_span`; `reset_unrecorded_trace(tokens)` undoes it."""
-    ctx = span.get_span_context()
-    return (_UNRECORDED_TRACE_ID.set(trace.format_trace_id(ctx.trace_id)),
-            _UNRECORDED_SPAN.set(ctx))
-
-
-def reset_unrecorded_trace(tokens: tuple[Token, Token]) -> None:
-    _UNRECORDED_TRACE_ID.reset(tokens[0])
-    _UNRECORDED_SPAN.reset(tokens[1])
+# (unrecorded_server_span, unrecorded_child_span). The current one is kept here with its trace
+# id in hex (log lines and the usage record read it, formatted once), not in OpenTelemetry's
+# context, whose attach, detach and look-ups were a tenth of the request path's calls for ids
+# nothing records.
+_UNRECORDED: ContextVar[tuple[trace.SpanContext, str | None] | None] = ContextVar(
+    "inferplane_unrecorded_span", default=None)
 
 
 def bind_unrecorded_span(span: trace.Span) -> Token:
-    """Make an unrecorded child span (the engine call's) current until `reset_unrecorded_span`."""
-    return _UNRECORDED_SPAN.set(span.get_span_context())
+    """Make an unrecorded span (a request's server span, then its engine call's) current for
+    `current_trace_id`, `trace_header_lines`, `inject_traceparent` and `unrecorded_child_span`
+    until `reset_unrecorded_span(token)`."""
+    ctx = span.get_span_context()
+    return _UNRECORDED.set((ctx, trace.format_trace_id(ctx.trace_id) if ctx.is_valid else None))
 
 
 def reset_unrecorded_span(token: Token) -> None:
-    _UNRECORDED_SPAN.reset(token)
+    _UNRECORDED.reset(token)
 
 
 def current_span_context() -> trace.SpanContext:
     """The ids of the current span: the unrecorded one bound for this request, else
     OpenTelemetry's current span's (invalid outside a trace)."""
-    unrecorded = _UNRECORDED_SPAN.get()
-    if unrecorded is not None:
-        return unrecorded
+    bound = _UNRECORDED.get()
+    if bound is not None:
+        return bound[0]
     return trace.get_current_span().get_span_context()
 
 
 def current_trace_id() -> str | None:
     """Hex trace id of the active span, for logs and error bodies; None outside a trace."""
-    known = _UNRECORDED_TRACE_ID.get()
-    if known is not None:
-        return known
+    bound = _UNRECORDED.get()
+    if bound is not None and bound[1] is not None:
+        return bound[1]
     span_context = trace.get_current_span().get_span_context()
     if not span_context.is_valid:
         return None
