@@ -26,8 +26,10 @@ def test_gateway_peers_measures_inferplane(tmp_path):
     result = tmp_path / "gateway_peers.json"
     """`inferplane` is the default configuration under `inferplane up --workers 2`,
     `inferplane-tuned` the gateway alone: both run, so their figures cannot drift apart."""
-    run_bench("gateway_peers.py", "--only", "inferplane,inferplane-tuned", "--duration", "1",
-              "--rate", "50", "--ramp", "50", "--output", str(result))
+    # --spread and 3 s: both workers get requests and every process enough CPU ticks (at 1 s,
+    # hottest-first, all connections could land on one worker and an idle process read 0)
+    run_bench("gateway_peers.py", "--only", "inferplane,inferplane-tuned", "--duration", "3",
+              "--rate", "50", "--ramp", "50", "--spread", "--output", str(result))
     results = json.loads(result.read_text())["results"]
     for name in ("inferplane", "inferplane-tuned"):
         for mode in ("non_stream", "stream"):
