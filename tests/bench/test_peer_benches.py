@@ -84,7 +84,7 @@ def test_gateway_trees_runs_the_default_of_each_checkout_in_turn(tmp_path):
     subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
     result = tmp_path / "gateway_trees.json"
     out = run_bench("gateway_trees.py", "--tree", str(base), "--tree", str(ROOT), "--rounds",
-                    "1", "--rate", "50", "--duration", "1", "--output", str(result))
+                    "1", "--rate", "50", "--duration", "3", "--spread", "--output", str(result))
     data = json.loads(result.read_text())
     assert data["trees"] == [str(base), str(ROOT)]
     for tree in data["trees"]:
